@@ -1,0 +1,62 @@
+"""Helpers for the test tiers: load a script as a module, list the twin scripts, run train()."""
+import importlib.util
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Modules under llm/ (and algos/) that are substrate, not algorithms: no Args/train of their own.
+SUBSTRATE = {"tasks", "tinylm_torch", "tinylm_jax", "offline_data"}
+_cache = {}
+
+
+def load_script(relpath):
+    """Import a script by repo-relative path (e.g. "algos/ppo_torch.py") without running main.
+    Its folder goes on sys.path, as when it is run as `python algos/ppo_torch.py`."""
+    path = (ROOT / relpath).resolve()
+    if path not in _cache:
+        folder = str(path.parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        name = f"_script_{path.parent.name}_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _cache[path] = module
+    return _cache[path]
+
+
+def twin_scripts():
+    """Every algorithm script: algos/*_{torch,jax}.py and llm/*_{torch,jax}.py, substrate excluded."""
+    scripts = []
+    for folder in ("algos", "llm"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            if path.stem in SUBSTRATE or not path.stem.endswith(("_torch", "_jax")):
+                continue
+            scripts.append(f"{folder}/{path.name}")
+    return scripts
+
+
+def run_train(relpath, log_dir, **overrides):
+    """train(Args(**overrides)) quietly, logging under log_dir; returns the summary dict."""
+    module = load_script(relpath)
+    args = replace(module.Args(), log_dir=str(log_dir), progress=False, **overrides)
+    return module.train(args)
+
+
+def finite_numbers(value):
+    """All numbers nested in a summary (dicts, lists, tuples), for finiteness checks."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from finite_numbers(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from finite_numbers(v)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield value
+
+
+def all_finite(summary):
+    return all(math.isfinite(x) for x in finite_numbers(summary))

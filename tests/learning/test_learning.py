@@ -1,0 +1,76 @@
+"""Tier 4: learning. Every LearningSpec in tests/registry.py is a claim that a script learns.
+
+    pytest -m learning      all specs, all seeds; writes docs/assets/curves/<name>.csv and .png
+    pytest                  (default) each spec's verified_seed only, nothing written to docs/
+"""
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import ROOT, run_train
+from registry import REGISTRY
+
+CURVES = ROOT / "docs" / "assets" / "curves"
+
+
+def smoothed(curve, window=20):
+    """(step, value) pairs -> (steps, running mean of the last `window` values)."""
+    steps = np.array([s for s, _ in curve], dtype=float)
+    values = np.array([v for _, v in curve], dtype=float)
+    means = np.array([values[max(0, i - window + 1): i + 1].mean() for i in range(len(values))])
+    return steps, means
+
+
+def write_curves(spec, results):
+    """CSV of every seed's raw curve and a PNG of the mean and min-max spread over seeds."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    CURVES.mkdir(parents=True, exist_ok=True)
+    with open(CURVES / f"{spec.name}.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["seed", "global_step", "value"])
+        for seed, summary in results.items():
+            for step, value in summary[spec.curve]:
+                w.writerow([seed, step, value])
+    last_step = max(s for summary in results.values() for s, _ in summary[spec.curve])
+    grid = np.linspace(0, last_step, 200)
+    rows = []
+    for summary in results.values():
+        steps, means = smoothed(summary[spec.curve])
+        rows.append(np.interp(grid, steps, means, left=np.nan))
+    rows = np.array(rows)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(grid, np.nanmean(rows, 0), label=f"mean of {len(results)} seeds")
+    ax.fill_between(grid, np.nanmin(rows, 0), np.nanmax(rows, 0), alpha=0.25, label="min-max over seeds")
+    ax.axhline(spec.threshold, color="gray", ls="--", lw=1, label=f"threshold {spec.threshold:g}")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(f"{spec.curve} (20-point running mean)")
+    ax.set_title(spec.name)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(CURVES / f"{spec.name}.png", dpi=100)
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("spec", [s for s in REGISTRY if s.verified_seed is not None], ids=lambda s: s.name)
+def test_verified_seed(spec, tmp_path):
+    summary = run_train(spec.script, tmp_path, seed=spec.verified_seed, **spec.args)
+    value = summary[spec.metric]
+    print(f"{spec.name} seed {spec.verified_seed}: {spec.metric} = {value:.2f} (threshold {spec.threshold})")
+    assert value >= spec.threshold
+
+
+@pytest.mark.learning
+@pytest.mark.parametrize("spec", REGISTRY, ids=lambda s: s.name)
+def test_learning(spec, tmp_path):
+    results = {seed: run_train(spec.script, tmp_path / str(seed), seed=seed, **spec.args) for seed in spec.seeds}
+    write_curves(spec, results)
+    values = {seed: r[spec.metric] for seed, r in results.items()}
+    report = ", ".join(f"seed {s}: {v:.1f}" for s, v in values.items())
+    print(f"{spec.name}: {report}; mean {np.mean(list(values.values())):.1f}")
+    needed = len(spec.seeds) if spec.min_passing is None else spec.min_passing
+    assert sum(v >= spec.threshold for v in values.values()) >= needed, report

@@ -1,0 +1,112 @@
+"""Tier 1 for PPO: worked problems 3, 7 and 8 (docs/worked_problems.md) in both twins, exact
+numbers; and the bad-input checks that must stop a run before any work."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from helpers import load_script
+
+TWINS = ["algos/ppo_torch.py", "algos/ppo_jax.py"]
+
+
+def gae(script, rewards, values, dones, last_value, gamma, lam):
+    """Call the twin's compute_gae on (T, 1) arrays; return numpy (advantages, returns)."""
+    m = load_script(script)
+    col = lambda x: np.asarray(x, dtype=np.float32)[:, None]
+    last = np.asarray([last_value], dtype=np.float32)
+    if script.endswith("torch.py"):
+        adv, ret = m.compute_gae(*(torch.as_tensor(col(x)) for x in (rewards, values, dones)),
+                                 torch.as_tensor(last), gamma, lam)
+        return adv.numpy()[:, 0], ret.numpy()[:, 0]
+    adv, ret = m.compute_gae(col(rewards), col(values), col(dones), last, gamma, lam)
+    return np.asarray(adv)[:, 0], np.asarray(ret)[:, 0]
+
+
+def surrogate_and_grad(script, ratio, advantages, clip_coef):
+    """Per-sample clipped objective's mean (the negated loss) and d(mean objective)/d(ratio),
+    computed through the twin's ppo_policy_loss with logp_old = 0 and logp = log(ratio)."""
+    m = load_script(script)
+    ratio = np.asarray(ratio, dtype=np.float32)
+    adv = np.asarray(advantages, dtype=np.float32)
+    if script.endswith("torch.py"):
+        r = torch.tensor(ratio, requires_grad=True)
+        loss = m.ppo_policy_loss(torch.log(r), torch.zeros_like(r), torch.as_tensor(adv), clip_coef)
+        loss.backward()
+        return -loss.item(), -r.grad.numpy()
+    f = lambda r: m.ppo_policy_loss(jnp.log(r), jnp.zeros_like(r), jnp.asarray(adv), clip_coef)
+    loss, grad = jax.value_and_grad(f)(jnp.asarray(ratio))
+    return -float(loss), -np.asarray(grad)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_problem3_gae_by_hand(script):
+    adv, ret = gae(script, [1, 0, 2, 1], [0.5, 0.4, 0.6, 0.3], [0, 1, 0, 0], 0.2, gamma=0.9, lam=0.8)
+    # deltas [0.86, -0.4, 1.67, 0.88]; A_3 = 0.88, A_2 = 1.67 + 0.72 * 0.88, A_1 = -0.4 (episode
+    # ended at t = 1, so nothing flows back from t = 2), A_0 = 0.86 + 0.72 * (-0.4)
+    np.testing.assert_allclose(adv, [0.572, -0.4, 2.3036, 0.88], atol=1e-6)
+    np.testing.assert_allclose(ret, [1.072, 0.0, 2.9036, 1.18], atol=1e-6)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_problem3_deltas_are_one_step_gae(script):
+    # lambda = 0 reduces GAE to the one-step TD errors
+    adv, _ = gae(script, [1, 0, 2, 1], [0.5, 0.4, 0.6, 0.3], [0, 1, 0, 0], 0.2, gamma=0.9, lam=0.0)
+    np.testing.assert_allclose(adv, [0.86, -0.4, 1.67, 0.88], atol=1e-6)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_problem7_clip_zeroes_gradient_only_on_the_favoured_side(script):
+    eps = 0.2
+    # A > 0, ratio past 1 + eps: clipped, gradient exactly zero
+    _, g = surrogate_and_grad(script, [1.5], [1.0], eps)
+    assert g[0] == 0.0
+    # A < 0, ratio below 1 - eps: clipped, gradient exactly zero
+    _, g = surrogate_and_grad(script, [0.5], [-1.0], eps)
+    assert g[0] == 0.0
+    # A < 0, ratio 1.6: the min keeps the unclipped term, which pulls the overshoot back
+    _, g = surrogate_and_grad(script, [1.6], [-1.0], eps)
+    assert g[0] == pytest.approx(-1.0)
+    # inside the trust region the gradient is the advantage itself
+    _, g = surrogate_and_grad(script, [1.1], [2.0], eps)
+    assert g[0] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_problem8_clipped_objective_in_numbers(script):
+    ratios, advs = [1.5, 0.5, 1.6, 0.7], [1.0, 1.0, -1.0, -1.0]
+    objective, grad = surrogate_and_grad(script, ratios, advs, 0.2)
+    # per-sample objective [1.2, 0.5, -1.6, -0.8]; mean -0.175
+    assert objective == pytest.approx(-0.175, abs=1e-6)
+    # d(mean)/d(ratio) = [0, 1, -1, 0] / 4
+    np.testing.assert_allclose(grad * 4, [0.0, 1.0, -1.0, 0.0], atol=1e-6)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_value_loss_clip_by_hand(script):
+    m = load_script(script)
+    v, v_old, ret = [1.5, 0.0], [1.0, 0.0], [3.0, 0.4]
+    # sample 0: unclipped (1.5-3)^2 = 2.25, clipped (1.2-3)^2 = 3.24 -> 3.24; sample 1: 0.16 both
+    expected_clipped = 0.5 * (3.24 + 0.16) / 2
+    expected_plain = 0.5 * (2.25 + 0.16) / 2
+    conv = (lambda x: torch.tensor(x)) if script.endswith("torch.py") else (lambda x: jnp.asarray(x))
+    assert float(m.ppo_value_loss(conv(v), conv(v_old), conv(ret), 0.2)) == pytest.approx(expected_clipped)
+    assert float(m.ppo_value_loss(conv(v), conv(v_old), conv(ret), None)) == pytest.approx(expected_plain)
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("script", TWINS)
+def test_continuous_env_is_refused_naming_the_right_script(script, tmp_path):
+    m = load_script(script)
+    twin = "ppo_continuous_torch.py" if script.endswith("torch.py") else "ppo_continuous_jax.py"
+    with pytest.raises(ValueError, match=twin):
+        m.train(m.Args(env_id="Pendulum-v1", log_dir=str(tmp_path), progress=False))
+    assert not any(tmp_path.iterdir()), "refused before any run directory was written"
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_minibatches_must_divide_the_batch(script, tmp_path):
+    m = load_script(script)
+    with pytest.raises(ValueError, match="not divisible"):
+        m.train(m.Args(num_envs=3, num_steps=10, num_minibatches=4, log_dir=str(tmp_path), progress=False))
+    assert not any(tmp_path.iterdir())
