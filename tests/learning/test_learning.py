@@ -36,16 +36,17 @@ def write_curves(spec, results):
         for seed, summary in results.items():
             for step, value in summary[spec.curve]:
                 w.writerow([seed, step, value])
-    last_step = max(s for summary in results.values() for s, _ in summary[spec.curve])
-    grid = np.linspace(0, last_step, 200)
+    first_step = max(summary[spec.curve][0][0] for summary in results.values())
+    last_step = min(summary[spec.curve][-1][0] for summary in results.values())
+    grid = np.linspace(first_step, last_step, 200)  # the steps where every seed has a point
     rows = []
     for summary in results.values():
         steps, means = smoothed(summary[spec.curve])
-        rows.append(np.interp(grid, steps, means, left=np.nan))
+        rows.append(np.interp(grid, steps, means))
     rows = np.array(rows)
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(grid, np.nanmean(rows, 0), label=f"mean of {len(results)} seeds")
-    ax.fill_between(grid, np.nanmin(rows, 0), np.nanmax(rows, 0), alpha=0.25, label="min-max over seeds")
+    ax.plot(grid, rows.mean(0), label=f"mean of {len(results)} seeds")
+    ax.fill_between(grid, rows.min(0), rows.max(0), alpha=0.25, label="min-max over seeds")
     ax.axhline(spec.threshold, color="gray", ls="--", lw=1, label=f"threshold {spec.threshold:g}")
     ax.set_xlabel("environment steps")
     ax.set_ylabel(f"{spec.curve} (20-point running mean)")
