@@ -1,0 +1,359 @@
+"""A2C: synchronous advantage actor-critic, discrete actions -- the JAX twin.
+
+Papers: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning", arXiv:1602.01783
+        (A3C; A2C is its synchronous, batched variant); Schulman et al. 2016, "High-Dimensional
+        Continuous Control Using Generalized Advantage Estimation", arXiv:1506.02438.
+Twin:   algos/a2c_torch.py (`diff algos/a2c_torch.py algos/a2c_jax.py` shows only the framework).
+Docs:   docs/algorithms/a2c.md
+
+Every num_steps steps of num_envs environments, one gradient step of one optimiser on
+policy loss + vf_coef * value loss - ent_coef * entropy. The advantage is the n-step return minus
+V(s_t) (gae_lambda = 1, the default) or GAE(lambda); with num_steps = 1 it is the TD error.
+
+Verified (tests/): compute_gae as n-step returns and as the TD error by hand, a2c_loss by hand,
+parity with the PyTorch twin within 1e-5 (values and gradients), a smoke run, bit-identical figures for
+two runs with the same seed, and learning (pytest -m learning): a 20-episode mean return >= 450 on
+CartPole-v1 at 200k steps, seeds 1-3.
+Reproduce: python algos/a2c_jax.py --seed 1
+"""
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+
+import flax.linen as nn
+import flax.serialization
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from tensorboardX import SummaryWriter
+
+
+@dataclass
+class Args:
+    seed: int = 1
+    """seed of python, numpy, the framework and the environments"""
+    env_id: str = "CartPole-v1"
+    """gymnasium environment id (discrete actions)"""
+    total_timesteps: int = 200_000
+    """total environment steps, summed over the vector envs"""
+    num_envs: int = 8
+    """parallel environments (gymnasium SyncVectorEnv, same-step autoreset)"""
+    num_steps: int = 5
+    """steps per environment per update (the n of the n-step return)"""
+    learning_rate: float = 7e-4
+    """RMSprop learning rate (one optimiser for actor and critic)"""
+    anneal_lr: bool = False
+    """anneal the learning rate linearly to 0 over the run"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 1.0
+    """lambda of GAE; 1.0 gives the plain n-step return minus V"""
+    norm_adv: bool = False
+    """normalise advantages over the batch"""
+    ent_coef: float = 0.0
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    save_model: bool = False
+    """save the trained parameters to the run directory and evaluate the saved policy"""
+    eval_episodes: int = 10
+    """episodes of the deterministic evaluation after --save-model"""
+    log_dir: str = "runs"
+    """parent folder of the TensorBoard run directory"""
+    progress: bool = True
+    """show a live progress line on the terminal"""
+
+
+# Smallest run that exercises every code path; tests/smoke uses it.
+SMOKE_ARGS = dict(total_timesteps=1000, num_envs=4, num_steps=5, save_model=True, eval_episodes=2)
+
+
+# ----------------------------------------------------------------------------- pure math
+@jax.jit
+def compute_gae(rewards, values, dones, last_value, gamma, lam):
+    """Generalised advantage estimation on (T, N) arrays.
+
+    dones[t] = 1 when the episode ended with the step taken at t (terminated or truncated; a
+    truncation's bootstrap value is already folded into rewards[t]). The recursion runs backwards:
+        delta_t = r_t + gamma * (1 - done_t) * V_{t+1} - V_t,   V_T = last_value
+        A_t     = delta_t + gamma * lam * (1 - done_t) * A_{t+1}
+    so nothing flows across an episode boundary. Returns (advantages, returns = A + V).
+    """
+    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)
+
+    def step(next_advantage, xs):
+        reward, value, next_value, done = xs
+        not_done = 1.0 - done
+        delta = reward + gamma * not_done * next_value - value
+        advantage = delta + gamma * lam * not_done * next_advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value),
+                                 (rewards, values, next_values, dones), reverse=True)
+    return advantages, advantages + values
+
+
+def a2c_loss(logp, entropy, values, advantages, returns, vf_coef, ent_coef):
+    """The actor-critic loss on one batch, one optimiser for both networks:
+        policy  -mean(log pi(a_t | s_t) * A_t)       (A_t a constant: no gradient into the critic)
+        value    0.5 * mean((V(s_t) - R_t)^2)         (R_t = A_t + V_old(s_t), a constant target)
+        entropy  mean(H(pi(. | s_t)))
+    Returns (total = policy + vf_coef * value - ent_coef * entropy, policy, value, entropy)."""
+    pg_loss = -(logp * jax.lax.stop_gradient(advantages)).mean()
+    v_loss = 0.5 * ((values - jax.lax.stop_gradient(returns)) ** 2).mean()
+    entropy_loss = entropy.mean()
+    return pg_loss + vf_coef * v_loss - ent_coef * entropy_loss, pg_loss, v_loss, entropy_loss
+
+
+# ----------------------------------------------------------------------------- networks
+def layer_init(features, std=np.sqrt(2), bias_const=0.0):
+    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
+                    bias_init=nn.initializers.constant(bias_const))
+
+
+class MLP(nn.Module):
+    """64-64 tanh trunk and a linear head; the actor and the critic are two separate MLPs."""
+    out_dim: int
+    head_std: float
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.tanh(layer_init(64)(x))
+        x = nn.tanh(layer_init(64)(x))
+        return layer_init(self.out_dim, std=self.head_std)(x)
+
+
+class Agent:
+    """Separate 64-64 tanh actor and critic (no shared trunk); params = {"actor": ..., "critic": ...}."""
+
+    def __init__(self, obs_dim, num_actions):
+        self.obs_dim = obs_dim
+        self.critic = MLP(out_dim=1, head_std=1.0)
+        self.actor = MLP(out_dim=num_actions, head_std=0.01)
+
+    def init(self, key):
+        actor_key, critic_key = jax.random.split(key)
+        dummy = jnp.zeros((1, self.obs_dim))
+        return {"actor": self.actor.init(actor_key, dummy), "critic": self.critic.init(critic_key, dummy)}
+
+    def get_value(self, params, obs):
+        return self.critic.apply(params["critic"], obs).squeeze(-1)
+
+    @partial(jax.jit, static_argnums=0)
+    def act(self, params, obs, key):
+        """Sample actions; return (action, log-prob, value, key). The key is split inside the
+        jitted call: splitting outside costs a second dispatch (~370 us vs ~140 us per step)."""
+        key, sample_key = jax.random.split(key)
+        logits = self.actor.apply(params["actor"], obs)
+        logp_all = jax.nn.log_softmax(logits, axis=-1)
+        action = jax.random.categorical(sample_key, logits, axis=-1)
+        logp = jnp.take_along_axis(logp_all, action[:, None], axis=-1).squeeze(-1)
+        return action, logp, self.get_value(params, obs), key
+
+    def evaluate_actions(self, params, obs, actions):
+        """Log-prob of given actions, entropy and value, with gradients, for the update."""
+        logits = self.actor.apply(params["actor"], obs)
+        logp_all = jax.nn.log_softmax(logits, axis=-1)
+        logp = jnp.take_along_axis(logp_all, actions[:, None], axis=-1).squeeze(-1)
+        entropy = -(jnp.exp(logp_all) * logp_all).sum(-1)
+        return logp, entropy, self.get_value(params, obs)
+
+
+def make_envs(env_id, num_envs):
+    """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
+    step, that step already returns the next episode's first observation, and the true last
+    observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+
+
+def check_args(args):
+    """Bad input stops here, before any environment is built or any step is taken."""
+    batch_size = args.num_envs * args.num_steps
+    if args.norm_adv and batch_size < 2:
+        raise ValueError("--norm-adv needs num_envs * num_steps >= 2")
+    if args.total_timesteps < batch_size:
+        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
+                         f"(num_envs * num_steps = {batch_size})")
+    space = gym.make(args.env_id).action_space  # env construction only: no step taken
+    if not isinstance(space, gym.spaces.Discrete):
+        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
+                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py")
+
+
+def evaluate(model_path, env_id, eval_episodes, seed):
+    """Load the saved parameters into a fresh network; run the greedy (argmax) policy."""
+    env = gym.make(env_id)
+    agent = Agent(int(np.prod(env.observation_space.shape)), int(env.action_space.n))
+    with open(model_path, "rb") as f:
+        params = flax.serialization.from_bytes(agent.init(jax.random.PRNGKey(0)), f.read())
+    greedy = jax.jit(lambda params, obs: agent.actor.apply(params["actor"], obs).argmax(-1))
+    returns = []
+    for episode in range(eval_episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        done, total = False, 0.0
+        while not done:
+            action = int(greedy(params, obs))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return returns
+
+
+# ----------------------------------------------------------------------------- training
+def train(args: Args) -> dict:
+    check_args(args)
+    batch_size = args.num_envs * args.num_steps
+    num_iterations = args.total_timesteps // batch_size
+    script = os.path.basename(__file__).removesuffix(".py")
+    run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
+    writer = SummaryWriter(run_dir)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
+                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    # Seeding: python, numpy, jax and the environments (env i gets seed + i).
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    key = jax.random.PRNGKey(args.seed)
+
+    envs = make_envs(args.env_id, args.num_envs)
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    agent = Agent(obs_dim, int(envs.single_action_space.n))
+    key, init_key = jax.random.split(key)
+    params = agent.init(init_key)
+    if args.anneal_lr:
+        # The same per-iteration staircase as the torch twin: lr * (1 - (iteration - 1) / iterations).
+        schedule = lambda count: args.learning_rate * (1.0 - count / num_iterations)
+    else:
+        schedule = args.learning_rate
+    # torch's RMSprop: v = 0.99 v + 0.01 g^2, step lr * g / (sqrt(v) + eps), eps outside the sqrt
+    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm),
+                            optax.inject_hyperparams(optax.rmsprop)(learning_rate=schedule, decay=0.99,
+                                                                    eps=1e-5, eps_in_sqrt=False))
+    opt_state = optimizer.init(params)
+
+    def loss_fn(params, batch):
+        logp, entropy, value = agent.evaluate_actions(params, batch["obs"], batch["actions"])
+        b_advantages = batch["advantages"]
+        if args.norm_adv:
+            b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std(ddof=1) + 1e-8)
+        loss, pg_loss, v_loss, entropy_loss = a2c_loss(logp, entropy, value, b_advantages, batch["returns"],
+                                                       args.vf_coef, args.ent_coef)
+        return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss}
+
+    @jax.jit
+    def update(params, opt_state, batch):
+        """One gradient step on the whole batch, one jitted call."""
+        grads, stats = jax.grad(loss_fn, has_aux=True)(params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, stats
+
+    get_value = jax.jit(agent.get_value)
+
+    # Rollout storage, (T, N, ...), on the host: the envs step on numpy anyway.
+    obs_buf = np.zeros((args.num_steps, args.num_envs, obs_dim), dtype=np.float32)
+    actions_buf = np.zeros((args.num_steps, args.num_envs), dtype=np.int32)
+    rewards_buf = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    dones_buf = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    values_buf = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+
+    episode_returns, recent = [], []
+    ep_return = np.zeros(args.num_envs)
+    ep_length = np.zeros(args.num_envs, dtype=np.int64)
+    global_step, last_print = 0, 0.0
+    start_time = time.time()
+    next_obs = np.asarray(envs.reset(seed=args.seed)[0], dtype=np.float32)
+
+    for iteration in range(1, num_iterations + 1):
+        # ---- rollout
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs_buf[step] = next_obs
+            action, logp, value, key = agent.act(params, next_obs, key)
+            action = np.asarray(action)
+            actions_buf[step], values_buf[step] = action, value
+            obs, reward, terminated, truncated, infos = envs.step(action)
+            ep_return += reward
+            ep_length += 1
+            done = terminated | truncated
+            # Time-limit truncation is not a real end: the return goes on from the true final
+            # observation. Fold gamma * V(final_obs) into this step's reward; the done flag then
+            # cuts the recursion as for a termination (whose bootstrap is 0).
+            reward = reward.astype(np.float32)
+            only_truncated = truncated & ~terminated
+            if only_truncated.any():
+                final_obs = np.stack(infos["final_obs"][only_truncated]).astype(np.float32)
+                reward[only_truncated] += args.gamma * np.asarray(get_value(params, final_obs))
+            rewards_buf[step] = reward
+            dones_buf[step] = done
+            next_obs = np.asarray(obs, dtype=np.float32)
+            for i in np.flatnonzero(done):
+                episode_returns.append((global_step, float(ep_return[i])))
+                recent = [r for _, r in episode_returns[-20:]]
+                writer.add_scalar("charts/episodic_return", ep_return[i], global_step)
+                writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
+                ep_return[i], ep_length[i] = 0.0, 0
+
+        # ---- advantages (bootstrap from the observation after the rollout)
+        last_value = get_value(params, next_obs)
+        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
+                                          args.gamma, args.gae_lambda)
+
+        # ---- update: one gradient step on the whole batch
+        batch = {"obs": obs_buf.reshape(batch_size, obs_dim), "actions": actions_buf.reshape(-1),
+                 "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
+        params, opt_state, stats = update(params, opt_state, batch)
+        learning_rate = opt_state[1].hyperparams["learning_rate"]  # the rate this update used
+
+        b_returns, b_values = np.asarray(batch["returns"]), values_buf.reshape(-1)
+        var_returns = b_returns.var(ddof=1)
+        explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var(ddof=1) / var_returns
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/learning_rate", float(learning_rate), global_step)
+        for name, value in stats.items():
+            writer.add_scalar(f"losses/{name}", float(value), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
+            last_print = time.time()
+            mean_recent = np.mean(recent) if recent else float("nan")
+            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+    if args.progress:
+        print(file=sys.stderr)
+
+    envs.close()
+    wall_time = time.time() - start_time
+    summary = {
+        "episodic_returns": episode_returns,
+        "final_mean_return": float(np.mean(recent)) if recent else float("nan"),
+        "sps": global_step / wall_time,
+        "wall_time": wall_time,
+        "global_step": global_step,
+        "run_dir": run_dir,
+        "losses": {name: float(value) for name, value in stats.items()},
+    }
+    if args.save_model:
+        model_path = os.path.join(run_dir, "model.msgpack")
+        with open(model_path, "wb") as f:
+            f.write(flax.serialization.to_bytes(params))
+        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000)
+        for i, r in enumerate(eval_returns):
+            writer.add_scalar("eval/episodic_return", r, i)
+        summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))
+    writer.close()
+    return summary
+
+
+if __name__ == "__main__":
+    train(tyro.cli(Args))
