@@ -130,21 +130,24 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     return layer
 
 
+class MLP(nn.Sequential):
+    """64-64 tanh trunk and a linear head; the actor and the critic are two separate MLPs."""
+
+    def __init__(self, in_dim, out_dim, head_std):
+        super().__init__(
+            layer_init(nn.Linear(in_dim, 64)), nn.Tanh(),
+            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(64, out_dim), std=head_std),
+        )
+
+
 class Agent(nn.Module):
     """Separate 64-64 tanh actor and critic (no shared trunk)."""
 
     def __init__(self, obs_dim, num_actions):
         super().__init__()
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, num_actions), std=0.01),
-        )
+        self.critic = MLP(obs_dim, out_dim=1, head_std=1.0)
+        self.actor = MLP(obs_dim, out_dim=num_actions, head_std=0.01)
 
     def get_value(self, obs):
         return self.critic(obs).squeeze(-1)
@@ -226,6 +229,9 @@ def train(args: Args) -> dict:
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
+    # One intra-op thread: the networks are tiny, a second thread costs more than it saves, and a
+    # fixed count keeps float reductions (so seeded runs) the same on any machine and in any process.
+    torch.set_num_threads(1)
 
     envs = make_envs(args.env_id, args.num_envs)
     obs_dim = int(np.prod(envs.single_observation_space.shape))

@@ -63,6 +63,8 @@ def test_verified_seed(spec, tmp_path):
     value = summary[spec.metric]
     print(f"{spec.name} seed {spec.verified_seed}: {spec.metric} = {value:.2f} (threshold {spec.threshold})")
     assert value >= spec.threshold
+    for key, bound in spec.at_most.items():
+        assert summary[key] <= bound, f"{key} = {summary[key]} > {bound}"
 
 
 @pytest.mark.learning
@@ -74,4 +76,6 @@ def test_learning(spec, tmp_path):
     report = ", ".join(f"seed {s}: {v:.1f}" for s, v in values.items())
     print(f"{spec.name}: {report}; mean {np.mean(list(values.values())):.1f}")
     needed = len(spec.seeds) if spec.min_passing is None else spec.min_passing
-    assert sum(v >= spec.threshold for v in values.values()) >= needed, report
+    passing = [s for s, r in results.items()
+               if r[spec.metric] >= spec.threshold and all(r[k] <= b for k, b in spec.at_most.items())]
+    assert len(passing) >= needed, report

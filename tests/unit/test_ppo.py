@@ -110,3 +110,22 @@ def test_minibatches_must_divide_the_batch(script, tmp_path):
     with pytest.raises(ValueError, match="not divisible"):
         m.train(m.Args(num_envs=3, num_steps=10, num_minibatches=4, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_value_clip_caps_progress_towards_a_far_target(script):
+    """The clipped value loss lets a prediction move at most clip_coef (in return units) towards
+    its target per rollout: past v_old + 0.2 the clipped branch is the larger one and its gradient
+    is zero. With CartPole returns near 100 this is what holds the critic back (docs/algorithms/ppo.md)."""
+    m = load_script(script)
+    v_old, target = 10.0, 50.0
+    for v, expect_zero in ((10.1, False), (10.3, True), (9.5, False)):
+        if script.endswith("torch.py"):
+            x = torch.tensor([v], requires_grad=True)
+            m.ppo_value_loss(x, torch.tensor([v_old]), torch.tensor([target]), 0.2).backward()
+            g = x.grad.item()
+        else:
+            g = float(jax.grad(lambda x: m.ppo_value_loss(x, jnp.array([v_old]), jnp.array([target]), 0.2))(jnp.array([v]))[0])
+        assert (g == 0.0) == expect_zero, (v, g)
+        if not expect_zero:
+            assert g == pytest.approx(v - target)  # d/dv of 0.5 (v - R)^2
