@@ -5,6 +5,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 # Modules under llm/ (and algos/) that are substrate, not algorithms: no Args/train of their own.
 SUBSTRATE = {"tasks", "tinylm_torch", "tinylm_jax", "offline_data"}
@@ -60,3 +62,27 @@ def finite_numbers(value):
 
 def all_finite(summary):
     return all(math.isfinite(x) for x in finite_numbers(summary))
+
+
+def is_torch(script):
+    """True for the PyTorch twin of a pair ("..._torch.py"), False for the JAX twin."""
+    return script.endswith("torch.py")
+
+
+def conv(script, dtype=np.float32):
+    """A converter from array-likes to the script's framework: a torch tensor or a jax array."""
+    if is_torch(script):
+        import torch
+        return lambda x: torch.as_tensor(np.asarray(x, dtype=dtype))
+    import jax.numpy as jnp
+    return lambda x: jnp.asarray(np.asarray(x, dtype=dtype))
+
+
+def gae_on_column(script, rewards, values, dones, last_value, gamma, lam):
+    """Call a twin's compute_gae on one environment's (T,) lists, as (T, 1) arrays of its
+    framework; return numpy (advantages, returns) of shape (T,)."""
+    m = load_script(script)
+    to = conv(script)
+    col = lambda x: to(np.asarray(x, dtype=np.float32)[:, None])
+    adv, ret = m.compute_gae(col(rewards), col(values), col(dones), to([last_value]), gamma, lam)
+    return np.asarray(adv)[:, 0], np.asarray(ret)[:, 0]

@@ -5,21 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, gae_on_column as gae
 
 TWINS = ["algos/a2c_torch.py", "algos/a2c_jax.py"]
-
-
-def gae(script, rewards, values, dones, last_value, gamma, lam):
-    m = load_script(script)
-    col = lambda x: np.asarray(x, dtype=np.float32)[:, None]
-    last = np.asarray([last_value], dtype=np.float32)
-    if script.endswith("torch.py"):
-        adv, ret = m.compute_gae(*(torch.as_tensor(col(x)) for x in (rewards, values, dones)),
-                                 torch.as_tensor(last), gamma, lam)
-        return adv.numpy()[:, 0], ret.numpy()[:, 0]
-    adv, ret = m.compute_gae(col(rewards), col(values), col(dones), last, gamma, lam)
-    return np.asarray(adv)[:, 0], np.asarray(ret)[:, 0]
 
 
 @pytest.mark.parametrize("script", TWINS)

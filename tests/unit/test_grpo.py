@@ -8,15 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, conv
 
 TWINS = ["llm/grpo_torch.py", "llm/grpo_jax.py"]
 tasks = load_script("llm/tasks.py")
-
-
-def conv(script):
-    return (lambda x: torch.tensor(np.asarray(x, dtype=np.float32))) if script.endswith("torch.py") \
-        else (lambda x: jnp.asarray(np.asarray(x, dtype=np.float32)))
 
 
 @pytest.mark.parametrize("script", TWINS)

@@ -5,14 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, conv
 
 TWINS = ["algos/per_dqn_torch.py", "algos/per_dqn_jax.py"]
-
-
-def conv(script):
-    return (lambda x: torch.as_tensor(np.asarray(x, dtype=np.float32))) if script.endswith("torch.py") \
-        else (lambda x: jnp.asarray(np.asarray(x, dtype=np.float32)))
 
 
 @pytest.mark.parametrize("script", TWINS)

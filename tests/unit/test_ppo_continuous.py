@@ -6,15 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, conv
 
 TWINS = ["algos/ppo_continuous_torch.py", "algos/ppo_continuous_jax.py"]
 LOG_2PI = np.log(2.0 * np.pi)
-
-
-def conv(script):
-    return (lambda x: torch.tensor(x, dtype=torch.float32)) if script.endswith("torch.py") else \
-        (lambda x: jnp.asarray(x, dtype=jnp.float32))
 
 
 @pytest.mark.parametrize("script", TWINS)

@@ -5,15 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, conv
 
 TWINS = ["algos/q_learning_torch.py", "algos/q_learning_jax.py"]
-
-
-def conv(script, dtype=np.float32):
-    if script.endswith("torch.py"):
-        return lambda x: torch.as_tensor(np.asarray(x, dtype=dtype))
-    return lambda x: jnp.asarray(np.asarray(x, dtype=dtype))
 
 
 @pytest.mark.parametrize("script", TWINS)

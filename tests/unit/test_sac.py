@@ -8,13 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, is_torch
 
 TWINS = ["algos/sac_torch.py", "algos/sac_jax.py"]
-
-
-def is_torch(script):
-    return script.endswith("torch.py")
 
 
 def log_det(script, u):

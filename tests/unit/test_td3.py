@@ -5,14 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, conv
 
 TWINS = ["algos/td3_torch.py", "algos/td3_jax.py"]
-
-
-def conv(script):
-    return (lambda x: torch.tensor(x, dtype=torch.float32)) if script.endswith("torch.py") else \
-        (lambda x: jnp.asarray(x, dtype=jnp.float32))
 
 
 @pytest.mark.parametrize("script", TWINS)

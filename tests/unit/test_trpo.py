@@ -6,13 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, is_torch
 
 TWINS = ["algos/trpo_torch.py", "algos/trpo_jax.py"]
-
-
-def is_torch(script):
-    return script.endswith("torch.py")
 
 
 @pytest.mark.parametrize("script", TWINS)

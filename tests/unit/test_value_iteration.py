@@ -5,15 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, conv
 
 TWINS = ["algos/value_iteration_torch.py", "algos/value_iteration_jax.py"]
 GAMMA = 0.9
-
-
-def conv(script):
-    return (lambda x: torch.as_tensor(np.asarray(x, dtype=np.float32))) if script.endswith("torch.py") \
-        else (lambda x: jnp.asarray(np.asarray(x, dtype=np.float32)))
 
 
 def problem1():
