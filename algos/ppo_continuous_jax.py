@@ -385,7 +385,7 @@ def train(args: Args) -> dict:
             global_step += args.num_envs
             obs_buf[step] = next_obs
             action, logp, value, key = agent.act(params, next_obs, key)
-            action = np.asarray(action)
+            action, logp, value = jax.device_get((action, logp, value))  # one host transfer, not three
             actions_buf[step], logps_buf[step], values_buf[step] = action, logp, value
             # The environment gets the action clipped to its bounds; the buffer keeps the sample
             # itself, whose log-prob is the one the ratio needs.

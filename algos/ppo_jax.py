@@ -317,7 +317,7 @@ def train(args: Args) -> dict:
             global_step += args.num_envs
             obs_buf[step] = next_obs
             action, logp, value, key = agent.act(params, next_obs, key)
-            action = np.asarray(action)
+            action, logp, value = jax.device_get((action, logp, value))  # one host transfer, not three
             actions_buf[step], logps_buf[step], values_buf[step] = action, logp, value
             obs, reward, terminated, truncated, infos = envs.step(action)
             ep_return += reward
