@@ -20,14 +20,12 @@ class LearningSpec:
     min_passing: int | None = None   # how many of the seeds must pass; None = all
     curve: str = "episodic_returns"  # key of the (step, value) curve that is plotted
     note: str = ""                   # where the threshold comes from
-    label: str = ""                  # tells apart two specs of one script on one env (e.g. budgets)
     at_most: dict = field(default_factory=dict)  # other summary keys with an upper bound, e.g. {"alpha": 0.1}
 
     @property
     def name(self):
         env = self.args.get("env_id", "default")
-        stem = self.script.rsplit('/', 1)[-1].removesuffix('.py')
-        return f"{stem}-{env}" + (f"-{self.label}" if self.label else "")
+        return f"{self.script.rsplit('/', 1)[-1].removesuffix('.py')}-{env}"
 
 
 REGISTRY = [
