@@ -132,4 +132,6 @@ REGISTRY = [
     LearningSpec("algos/ppo_continuous_jax.py", {"env_id": "InvertedPendulum-v5", "total_timesteps": 50_000},
                  threshold=800.0,
                  note="seeds 1-3 gave 1000.0 each at 50k (39-48 s each on the loaded 2-core machine)"),
+    # --- issue 3: TRPO and ppo_continuous on Pendulum-v1 (add above this line) ---
+    # --- issue 5: DDPG and TD3 (add above this line) ---
 ]
