@@ -1,6 +1,7 @@
 """Tier 4: learning. Every LearningSpec in tests/registry.py is a claim that a script learns.
 
-    pytest -m learning      all specs, all seeds; writes docs/assets/curves/<name>.csv and .png
+    pytest -m learning      all specs, all seeds; writes docs/assets/curves/<name>.csv, .png and
+                            .runs.csv (per seed: the metric, wall time and SPS)
     pytest                  (default) each spec's verified_seed only, nothing written to docs/
 """
 import csv
@@ -73,7 +74,13 @@ def test_learning(spec, tmp_path):
     results = {seed: run_train(spec.script, tmp_path / str(seed), seed=seed, **spec.args) for seed in spec.seeds}
     write_curves(spec, results)
     values = {seed: r[spec.metric] for seed, r in results.items()}
-    report = ", ".join(f"seed {s}: {v:.1f}" for s, v in values.items())
+    with open(CURVES / f"{spec.name}.runs.csv", "w", newline="") as f:  # one row per seed, for the docs tables
+        w = csv.writer(f)
+        w.writerow(["seed", spec.metric, "wall_time_s", "sps", *spec.at_most])
+        for seed, r in results.items():
+            w.writerow([seed, f"{r[spec.metric]:.4f}", f"{r['wall_time']:.1f}", f"{r['sps']:.1f}",
+                        *(f"{r[k]:.4f}" for k in spec.at_most)])
+    report = ", ".join(f"seed {s}: {v:.1f} ({results[s]['wall_time']:.0f} s)" for s, v in values.items())
     print(f"{spec.name}: {report}; mean {np.mean(list(values.values())):.1f}")
     needed = len(spec.seeds) if spec.min_passing is None else spec.min_passing
     passing = [s for s, r in results.items()
