@@ -329,7 +329,9 @@ def train(args: Args) -> dict:
         actions_pi, log_prob = actor.sample(b_obs)
         actor_loss = sac_actor_loss(qf1(b_obs, actions_pi), qf2(b_obs, actions_pi), log_prob, alpha)
         actor_optimizer.zero_grad()
-        actor_loss.backward()  # also leaves gradients on the critics; the next zero_grad clears them
+        # Gradients for the actor's parameters only: the critics' weight gradients would be computed
+        # and then thrown away (the critics' input gradient, dQ/da, still flows into the actor).
+        actor_loss.backward(inputs=list(actor.parameters()))
         actor_optimizer.step()
 
         alpha_loss = temperature_loss(log_alpha, log_prob, target_entropy)

@@ -295,7 +295,9 @@ def train(args: Args) -> dict:
         if num_updates % args.policy_frequency == 0:
             actor_loss = td3_actor_loss(qf1(b_obs, actor(b_obs)))
             actor_optimizer.zero_grad()
-            actor_loss.backward()  # also leaves gradients on qf1; the next zero_grad clears them
+            # Gradients for the actor's parameters only: the critic's weight gradients would be computed
+            # and then thrown away (the critic's input gradient, dQ/da, still flows into the actor).
+            actor_loss.backward(inputs=list(actor.parameters()))
             actor_optimizer.step()
             with torch.no_grad():
                 torch._foreach_lerp_(target_params, online_params, args.tau)  # target += tau * (online - target)
