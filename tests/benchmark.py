@@ -1,17 +1,31 @@
 """Speed benchmark (prints figures; not a test). Runs the twins of one algorithm side by side at
-their default budget, `--repeats` times each, interleaved, and prints median wall time and SPS.
+their default budget, `--repeats` times each, interleaved, and prints median wall time and SPS
+(and, for the off-policy scripts, gradient steps per second over the whole run, warm-up included).
 
     python tests/benchmark.py ppo                 # algos/ppo_torch.py vs algos/ppo_jax.py, 400k steps
     python tests/benchmark.py ppo --repeats 3 --total-timesteps 100000
 """
 import argparse
+from dataclasses import replace
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import run_train  # noqa: E402
+from helpers import load_script, run_train  # noqa: E402
+
+
+def gradient_steps(script, summary, overrides):
+    """Off-policy scripts (an Args field `learning_starts`) take a gradient step every
+    `train_frequency` environment steps (1 where the field is absent: SAC, TD3, DDPG) after the
+    warm-up. None for the on-policy scripts."""
+    args = replace(load_script(script).Args(), **overrides)
+    if not hasattr(args, "learning_starts"):
+        return None
+    steps_per_env = getattr(args, "num_envs", 1)  # one iteration steps every env once
+    iterations = (summary["global_step"] - args.learning_starts) // steps_per_env
+    return iterations // getattr(args, "train_frequency", 1)
 
 
 def main():
@@ -31,12 +45,15 @@ def main():
                 results[script].append(s)
                 print(f"  {script}: {s['wall_time']:.1f} s, {s['sps']:,.0f} SPS, "
                       f"final mean return {s.get('final_mean_return', float('nan')):.1f}", flush=True)
-    print(f"\n| script | steps | median wall time (s) | median SPS | runs |\n|---|---|---|---|---|")
+    print("\n| script | steps | median wall time (s) | median SPS | median gradient steps/s | runs |")
+    print("|---|---|---|---|---|---|")
     medians = {}
     for script, runs in results.items():
         medians[script] = statistics.median(r["wall_time"] for r in runs)
+        updates = gradient_steps(script, runs[0], overrides)
+        per_s = "-" if updates is None else f"{statistics.median(updates / r['wall_time'] for r in runs):,.0f}"
         print(f"| {script} | {runs[0]['global_step']:,} | {medians[script]:.1f} | "
-              f"{statistics.median(r['sps'] for r in runs):,.0f} | {len(runs)} |")
+              f"{statistics.median(r['sps'] for r in runs):,.0f} | {per_s} | {len(runs)} |")
     torch_t, jax_t = medians[twins[0]], medians[twins[1]]
     print(f"\nJAX / torch wall-time ratio: {jax_t / torch_t:.2f}")
 
