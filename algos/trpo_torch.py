@@ -16,8 +16,8 @@ Verified (tests/): conjugate_gradient solves random SPD systems, fisher_vector_p
 explicit Hessian of the mean KL times v on a small network, a rejected line search leaves the
 parameters unchanged, parity with the JAX twin within 1e-5 (GAE, KL, surrogate, Fisher-vector
 product, conjugate gradient), a smoke run, and bit-identical figures for two runs with the same seed.
-Learning is not yet registered: one torch run (seed 1) reached a 20-episode mean of 495.3 on
-CartPole-v1 at 200k steps (262.4 at 100k); seeds 2-3 and the JAX twin are still to be measured.
+Learning (pytest -m learning): on CartPole-v1 at 200k steps the 20-episode means of seeds 1-3 were
+500.0 / 483.5 / 500.0 (torch) and 500.0 / 500.0 / 500.0 (JAX); registered as >= 450 on every seed.
 Reproduce: python algos/trpo_torch.py --seed 1
 """
 import os
@@ -51,8 +51,9 @@ class Args:
     """trust-region radius delta: the mean KL(pi_old || pi_new) allowed per step"""
     cg_iters: int = 10
     """conjugate-gradient iterations for F^-1 g"""
-    cg_damping: float = 0.1
-    """damping lambda: the Fisher-vector product uses F + lambda I"""
+    cg_damping: float = 1e-3
+    """damping lambda: the Fisher-vector product uses F + lambda I (1e-3 and gae_lambda 0.98 are
+    rl-baselines3-zoo's tuned TRPO CartPole settings; with 0.1 and 0.95, seed 2 collapsed)"""
     backtrack_iters: int = 10
     """line-search trials, each halving the step"""
     vf_learning_rate: float = 1e-3
@@ -61,7 +62,7 @@ class Args:
     """full-batch Adam steps on the value function per rollout"""
     gamma: float = 0.99
     """discount factor"""
-    gae_lambda: float = 0.95
+    gae_lambda: float = 0.98
     """lambda of generalised advantage estimation"""
     norm_adv: bool = True
     """normalise advantages over the batch"""
