@@ -11,13 +11,19 @@ the current policy (an environment that finishes early waits; its steps after th
 recorded), then takes one gradient step on -mean_t(log pi(a_t | s_t) * w_t). The weight w_t is the
 reward-to-go G_t (or, with --no-reward-to-go, the whole episode's return G_0), minus a learned
 state-value baseline V(s_t) with --baseline (the default). Both switches leave the gradient unbiased
-and only change its variance (worked problem 2).
+and only change its variance (worked problem 2). To show that change on identical data, every update
+also logs, whatever the switches, the variance across the batch's episodes of the single-episode
+gradient estimate for all four weights on the same batch (losses/grad_var_plain, _rtg, _baseline,
+_rtg_baseline; the last two only with --baseline), measured on the policy's output layer, where the
+score has a closed form (output_layer_score, estimator_variance); train() returns their medians.
 
 Verified (tests/): worked problem 2 (the two-armed bandit: mean and variance of the single-sample
 gradient for b = 0, b = V and the optimal baseline, by exact enumeration through reinforce_loss),
-returns_to_go by hand, parity with the PyTorch twin within 1e-5 (values and gradients), a smoke run,
-bit-identical figures for two runs with the same seed, and learning: a 20-episode mean return
->= 450 on CartPole-v1 at 300k steps with seed 1 (default test suite; all seeds: pytest -m learning).
+returns_to_go by hand, estimator_variance by hand (three episodes, 2-d scores) and output_layer_score
+by hand and against autograd, parity with the PyTorch twin within 1e-5 (values, gradients and the
+estimator variance), a smoke run, bit-identical figures for two runs with the same seed, and
+learning: a 20-episode mean return >= 450 on CartPole-v1 at 300k steps with seed 1 (default test
+suite; all seeds: pytest -m learning).
 Reproduce: python algos/reinforce_jax.py --seed 1
 """
 import os
@@ -109,6 +115,27 @@ def masked_normalize(x, mask):
     return mask * (x - mean) / (std + 1e-8)
 
 
+@jax.jit
+def output_layer_score(hidden, logits, actions):
+    """grad log pi(a | s) with respect to the policy's output layer (logits = W h + b), in closed
+    form: d log pi(a|s) / d logits = onehot(a) - softmax(logits), so the score is
+    (onehot(a) - pi(s)) outer h for W (flattened as (num_actions, hidden), row by row) followed by
+    onehot(a) - pi(s) for b. hidden (..., H), logits (..., A), actions (...) -> (..., A * H + A)."""
+    delta = jax.nn.one_hot(actions, logits.shape[-1], dtype=logits.dtype) - jax.nn.softmax(logits, axis=-1)
+    weight_score = (delta[..., :, None] * hidden[..., None, :]).reshape(delta.shape[:-1] + (-1,))
+    return jnp.concatenate([weight_score, delta], axis=-1)
+
+
+@jax.jit
+def estimator_variance(scores, weights, mask):
+    """Variance across episodes of the single-episode policy-gradient estimate, the trace of its
+    covariance. Column e of the (T, N) batch is episode e: g_e = sum_t mask w_t s_t with s_t the
+    per-step score (scores (T, N, D)), and the result is sum_e ||g_e - mean_e g||^2 / (N - 1)."""
+    per_episode = ((mask * weights)[..., None] * scores).sum(0)
+    deviation = per_episode - per_episode.mean(0)
+    return (deviation ** 2).sum() / (per_episode.shape[0] - 1)
+
+
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
     return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
@@ -143,6 +170,11 @@ class Agent:
 
     def get_value(self, params, obs):
         return self.critic.apply(params["critic"], obs).squeeze(-1)
+
+    def actor_hidden_and_logits(self, params, obs):
+        """The policy's last hidden layer h and its logits W h + b (what output_layer_score needs)."""
+        logits, state = self.actor.apply(params["actor"], obs, capture_intermediates=True, mutable=["intermediates"])
+        return nn.tanh(state["intermediates"]["Dense_1"]["__call__"][0]), logits
 
     @partial(jax.jit, static_argnums=0)
     def act(self, params, obs, key):
@@ -243,15 +275,32 @@ def train(args: Args) -> dict:
         entropy = -(probs * jnp.log(probs + 1e-12)).sum(-1)
         stats = {"policy_loss": pg_loss, "value_loss": v_loss,
                  "entropy": (entropy * mask).sum() / count,
-                 # spread of the unnormalised weights: what reward-to-go and the baseline reduce
+                 # spread of the unnormalised weights over the steps (not the gradient's: grad_var_*)
                  "weight_variance": (((raw_weights - w_mean) * mask) ** 2).sum() / (count - 1)}
         return params, opt_state, stats
+
+    @jax.jit
+    def measure(params, batch):
+        """The variance across the batch's episodes of the four single-episode gradient estimates,
+        on the same batch and at the parameters the update differentiates at: weights G_0 ("plain"),
+        G_t ("rtg"), and with --baseline G_0 - V(s_t) ("baseline") and G_t - V(s_t) ("rtg_baseline"),
+        unnormalised, from the same returns (truncation bootstrap included) as the update. The
+        gradient is taken with respect to the policy's output layer only (output_layer_score)."""
+        returns = returns_to_go(batch["rewards"], batch["dones"], args.gamma)
+        hidden, logits = agent.actor_hidden_and_logits(params, batch["obs"])
+        scores = output_layer_score(hidden, logits, batch["actions"])
+        weights = {"plain": jnp.broadcast_to(returns[0], returns.shape), "rtg": returns}
+        if args.baseline:
+            values = agent.get_value(params, batch["obs"])
+            weights.update(baseline=weights["plain"] - values, rtg_baseline=returns - values)
+        return {f"grad_var_{name}": estimator_variance(scores, w, batch["mask"]) for name, w in weights.items()}
 
     get_value = jax.jit(agent.get_value)
 
     episode_returns, recent = [], []
     global_step, iteration, last_print = 0, 0, 0.0
     stats = {}
+    grad_variances = {}  # name -> the logged variance of each update, for the summary's medians
     start_time = time.time()
     reset_seed = args.seed
 
@@ -298,10 +347,16 @@ def train(args: Args) -> dict:
         batch = {"obs": pad(obs_l), "actions": pad(actions_l).astype(np.int32), "rewards": pad(rewards_l),
                  "dones": pad(dones_l), "mask": pad(mask_l)}
 
+        # ---- the variance of the four estimators on this batch: measured, not used by the update
+        # (no random numbers drawn); with --no-baseline there is no V, only "plain" and "rtg"
+        measured = measure(params, batch) if args.num_envs >= 2 else {}  # a variance needs 2 episodes
+
         # ---- one gradient step on the policy (and the baseline's regression on the returns);
         # the weights (reward-to-go or G_0, minus V(s_t)) are formed inside loss_fn
         params, opt_state, stats = update(params, opt_state, batch)
-        stats = {name: float(value) for name, value in stats.items()}
+        stats = {name: float(value) for name, value in {**stats, **measured}.items()}
+        for name, value in measured.items():
+            grad_variances.setdefault(name.removeprefix("grad_var_"), []).append(float(value))
         sps = int(global_step / (time.time() - start_time))
         for name, value in stats.items():
             writer.add_scalar(f"losses/{name}", value, global_step)
@@ -324,6 +379,9 @@ def train(args: Args) -> dict:
         "global_step": global_step,
         "run_dir": run_dir,
         "losses": stats,
+        # median over the updates of each estimator's variance (losses/grad_var_*)
+        "grad_variance": {name: float(np.median(grad_variances[name]))
+                          for name in ("plain", "rtg", "baseline", "rtg_baseline") if name in grad_variances},
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.msgpack")

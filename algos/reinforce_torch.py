@@ -11,13 +11,19 @@ the current policy (an environment that finishes early waits; its steps after th
 recorded), then takes one gradient step on -mean_t(log pi(a_t | s_t) * w_t). The weight w_t is the
 reward-to-go G_t (or, with --no-reward-to-go, the whole episode's return G_0), minus a learned
 state-value baseline V(s_t) with --baseline (the default). Both switches leave the gradient unbiased
-and only change its variance (worked problem 2).
+and only change its variance (worked problem 2). To show that change on identical data, every update
+also logs, whatever the switches, the variance across the batch's episodes of the single-episode
+gradient estimate for all four weights on the same batch (losses/grad_var_plain, _rtg, _baseline,
+_rtg_baseline; the last two only with --baseline), measured on the policy's output layer, where the
+score has a closed form (output_layer_score, estimator_variance); train() returns their medians.
 
 Verified (tests/): worked problem 2 (the two-armed bandit: mean and variance of the single-sample
 gradient for b = 0, b = V and the optimal baseline, by exact enumeration through reinforce_loss),
-returns_to_go by hand, parity with the JAX twin within 1e-5 (values and gradients), a smoke run,
-bit-identical figures for two runs with the same seed, and learning: a 20-episode mean return
->= 450 on CartPole-v1 at 300k steps with seed 1 (default test suite; all seeds: pytest -m learning).
+returns_to_go by hand, estimator_variance by hand (three episodes, 2-d scores) and output_layer_score
+by hand and against autograd, parity with the JAX twin within 1e-5 (values, gradients and the
+estimator variance), a smoke run, bit-identical figures for two runs with the same seed, and
+learning: a 20-episode mean return >= 450 on CartPole-v1 at 300k steps with seed 1 (default test
+suite; all seeds: pytest -m learning).
 Reproduce: python algos/reinforce_torch.py --seed 1
 """
 import os
@@ -104,6 +110,25 @@ def masked_normalize(x, mask):
     return mask * (x - mean) / (std + 1e-8)
 
 
+def output_layer_score(hidden, logits, actions):
+    """grad log pi(a | s) with respect to the policy's output layer (logits = W h + b), in closed
+    form: d log pi(a|s) / d logits = onehot(a) - softmax(logits), so the score is
+    (onehot(a) - pi(s)) outer h for W (flattened as (num_actions, hidden), row by row) followed by
+    onehot(a) - pi(s) for b. hidden (..., H), logits (..., A), actions (...) -> (..., A * H + A)."""
+    delta = nn.functional.one_hot(actions.long(), logits.shape[-1]).to(logits.dtype) - torch.softmax(logits, dim=-1)
+    weight_score = (delta[..., :, None] * hidden[..., None, :]).reshape(delta.shape[:-1] + (-1,))
+    return torch.cat([weight_score, delta], dim=-1)
+
+
+def estimator_variance(scores, weights, mask):
+    """Variance across episodes of the single-episode policy-gradient estimate, the trace of its
+    covariance. Column e of the (T, N) batch is episode e: g_e = sum_t mask w_t s_t with s_t the
+    per-step score (scores (T, N, D)), and the result is sum_e ||g_e - mean_e g||^2 / (N - 1)."""
+    per_episode = ((mask * weights)[..., None] * scores).sum(0)
+    deviation = per_episode - per_episode.mean(0)
+    return (deviation ** 2).sum() / (per_episode.shape[0] - 1)
+
+
 # ----------------------------------------------------------------------------- networks
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     nn.init.orthogonal_(layer.weight, std)
@@ -129,6 +154,11 @@ class Agent(nn.Module):
 
     def get_value(self, obs):
         return self.critic(obs).squeeze(-1)
+
+    def actor_hidden_and_logits(self, obs):
+        """The policy's last hidden layer h and its logits W h + b (what output_layer_score needs)."""
+        hidden = self.actor[:-1](obs)
+        return hidden, self.actor[-1](hidden)
 
     def act(self, obs):
         """Sample actions from the policy."""
@@ -196,9 +226,25 @@ def train(args: Args) -> dict:
     agent = Agent(obs_dim, int(envs.single_action_space.n))
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate)
 
+    @torch.no_grad()
+    def measure(obs, actions, returns, mask):
+        """The variance across the batch's episodes of the four single-episode gradient estimates,
+        on the same batch and at the parameters the update differentiates at: weights G_0 ("plain"),
+        G_t ("rtg"), and with --baseline G_0 - V(s_t) ("baseline") and G_t - V(s_t) ("rtg_baseline"),
+        unnormalised, from the same returns (truncation bootstrap included) as the update. The
+        gradient is taken with respect to the policy's output layer only (output_layer_score)."""
+        hidden, logits = agent.actor_hidden_and_logits(obs)
+        scores = output_layer_score(hidden, logits, actions)
+        weights = {"plain": returns[0].expand_as(returns), "rtg": returns}
+        if args.baseline:
+            values = agent.get_value(obs)
+            weights.update(baseline=weights["plain"] - values, rtg_baseline=returns - values)
+        return {f"grad_var_{name}": estimator_variance(scores, w, mask).item() for name, w in weights.items()}
+
     episode_returns, recent = [], []
     global_step, iteration, last_print = 0, 0, 0.0
     stats = {}
+    grad_variances = {}  # name -> the logged variance of each update, for the summary's medians
     start_time = time.time()
     reset_seed = args.seed
 
@@ -249,6 +295,10 @@ def train(args: Args) -> dict:
         returns = returns_to_go(rewards_b, dones_b, args.gamma)
         weights = returns if args.reward_to_go else returns[0].expand_as(returns)
 
+        # ---- the variance of the four estimators on this batch: measured, not used by the update
+        # (no random numbers drawn); with --no-baseline there is no V, only "plain" and "rtg"
+        measured = measure(obs_b, actions_b, returns, mask_b) if args.num_envs >= 2 else {}  # a variance needs 2 episodes
+
         # ---- one gradient step on the policy (and the baseline's regression on the returns)
         logp = categorical_log_prob(agent.actor(obs_b), actions_b)
         values = agent.get_value(obs_b)
@@ -271,8 +321,11 @@ def train(args: Args) -> dict:
             entropy = -(probs * torch.log(probs + 1e-12)).sum(-1)
             stats = {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(),
                      "entropy": ((entropy * mask_b).sum() / count).item(),
-                     # spread of the unnormalised weights: what reward-to-go and the baseline reduce
+                     # spread of the unnormalised weights over the steps (not the gradient's: grad_var_*)
                      "weight_variance": ((((raw_weights - w_mean) * mask_b) ** 2).sum() / (count - 1)).item()}
+        stats = {name: float(value) for name, value in {**stats, **measured}.items()}
+        for name, value in measured.items():
+            grad_variances.setdefault(name.removeprefix("grad_var_"), []).append(float(value))
         sps = int(global_step / (time.time() - start_time))
         for name, value in stats.items():
             writer.add_scalar(f"losses/{name}", value, global_step)
@@ -295,6 +348,9 @@ def train(args: Args) -> dict:
         "global_step": global_step,
         "run_dir": run_dir,
         "losses": stats,
+        # median over the updates of each estimator's variance (losses/grad_var_*)
+        "grad_variance": {name: float(np.median(grad_variances[name]))
+                          for name in ("plain", "rtg", "baseline", "rtg_baseline") if name in grad_variances},
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")

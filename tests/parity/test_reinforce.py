@@ -1,5 +1,5 @@
 """Tier 2 for REINFORCE: the twins' module-level math agrees within 1e-5 on identical random
-batches (with episode ends), values and gradients."""
+batches (with episode ends), values and gradients, and the estimator variance from output-layer scores."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,3 +57,19 @@ def test_masked_normalize_parity(twins, batch):
     n_t = pt.masked_normalize(torch.as_tensor(batch["weights"]), torch.as_tensor(batch["mask"]))
     n_j = jx.masked_normalize(batch["weights"], batch["mask"])
     np.testing.assert_allclose(n_t.numpy(), np.asarray(n_j), atol=TOL, rtol=TOL)
+
+
+def test_output_layer_score_and_estimator_variance_parity(twins, batch):
+    """The per-step output-layer scores and, from them, the variance across the batch's episodes
+    (columns) of the single-episode gradient estimate, for the raw and the reward-to-go weights."""
+    pt, jx = twins
+    hidden = np.tanh(np.random.default_rng(7).normal(size=batch["logits"].shape[:2] + (5,))).astype(np.float32)
+    s_t = pt.output_layer_score(torch.as_tensor(hidden), torch.as_tensor(batch["logits"]),
+                                torch.as_tensor(batch["actions"]))
+    s_j = jx.output_layer_score(hidden, batch["logits"], batch["actions"])
+    np.testing.assert_allclose(s_t.numpy(), np.asarray(s_j), atol=TOL, rtol=TOL)
+    returns = jx.returns_to_go(batch["rewards"], batch["dones"], 0.99)
+    for w in (batch["weights"], np.array(returns)):
+        v_t = pt.estimator_variance(s_t, torch.as_tensor(w), torch.as_tensor(batch["mask"])).item()
+        v_j = float(jx.estimator_variance(s_j, w, batch["mask"]))
+        assert abs(v_t - v_j) <= TOL * max(1.0, abs(v_t)), (v_t, v_j)

@@ -1,5 +1,6 @@
 """Tier 1 for REINFORCE: worked problem 2 (docs/worked_problems.md), the bandit baseline, by exact
-enumeration through the twins' own gradient code; returns-to-go by hand; bad input."""
+enumeration through the twins' own gradient code; returns-to-go by hand; the estimator variance
+(estimator_variance, output_layer_score) by hand and against autograd; bad input."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -78,6 +79,54 @@ def test_masked_steps_do_not_count(script):
     assert float(m.reinforce_loss(logp, w, mask)) == pytest.approx(-(-1.0 + 1.0) / 2)
     normed = np.asarray(m.masked_normalize(w, mask))
     assert normed[2] == 0.0 and normed[:2].sum() == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_estimator_variance_by_hand(script):
+    """Three episodes (columns), 2-d scores, weights w; g_e = sum_t mask w_t s_t:
+    e0: 2 * (1, 0) + 1 * (0, 1) = (2, 1); e1: 3 * (1, 1) = (3, 3) (its second step, weight 7, is
+    masked out); e2: 1 * (-1, 0) + 0.5 * (0, 2) = (-1, 1). Mean (4/3, 5/3); squared distances
+    8/9, 41/9, 53/9, sum 102/9; divided by E - 1 = 2: 17/3."""
+    m = load_script(script)
+    conv = torch.as_tensor if script.endswith("torch.py") else jnp.asarray
+    scores = np.array([[[1, 0], [1, 1], [-1, 0]],
+                       [[0, 1], [5, 5], [0, 2]]], dtype=np.float32)  # (T=2, E=3, D=2)
+    weights = np.array([[2, 3, 1], [1, 7, 0.5]], dtype=np.float32)
+    mask = np.array([[1, 1, 1], [1, 0, 1]], dtype=np.float32)
+    var = float(m.estimator_variance(conv(scores), conv(weights), conv(mask)))
+    assert var == pytest.approx(17 / 3, abs=1e-6)
+    # the same estimate from every episode: no variance
+    same = np.broadcast_to(scores[:, :1], scores.shape).copy()
+    ones = conv(np.ones((2, 3), np.float32))
+    assert float(m.estimator_variance(conv(same), ones, ones)) == 0.0
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_output_layer_score_by_hand_and_autograd(script):
+    """h = (1, 2), logits (0, 0) so pi = (0.5, 0.5), action 1: onehot - pi = (-0.5, 0.5), and the score
+    is (onehot - pi) outer h = [[-0.5, -1], [0.5, 1]] (row by row) then the bias part (-0.5, 0.5).
+    On random inputs it equals autograd's gradient of categorical_log_prob with respect to W and b."""
+    m = load_script(script)
+    conv = torch.as_tensor if script.endswith("torch.py") else jnp.asarray
+    score = np.asarray(m.output_layer_score(conv(np.array([1.0, 2.0], np.float32)), conv(np.zeros(2, np.float32)),
+                                            conv(np.array(1))))
+    np.testing.assert_allclose(score, [-0.5, -1.0, 0.5, 1.0, -0.5, 0.5], atol=1e-7)
+
+    rng = np.random.default_rng(0)
+    H, A = 4, 3
+    h = rng.normal(size=H).astype(np.float32)
+    W = rng.normal(size=(A, H)).astype(np.float32)
+    b = rng.normal(size=A).astype(np.float32)
+    a = 2
+    if script.endswith("torch.py"):
+        Wt, bt = torch.tensor(W, requires_grad=True), torch.tensor(b, requires_grad=True)
+        m.categorical_log_prob(Wt @ torch.as_tensor(h) + bt, torch.tensor(a)).backward()
+        expected = np.concatenate([Wt.grad.numpy().ravel(), bt.grad.numpy()])
+    else:
+        gW, gb = jax.grad(lambda W, b: m.categorical_log_prob(W @ h + b, jnp.array(a)), argnums=(0, 1))(W, b)
+        expected = np.concatenate([np.asarray(gW).ravel(), np.asarray(gb)])
+    got = np.asarray(m.output_layer_score(conv(h), conv(W @ h + b), conv(np.array(a))))
+    np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- bad input
