@@ -9,7 +9,8 @@ Docs:   docs/algorithms/sac.md
 Verified (tests/): tanh_log_det_jacobian, the stable form of log(1 - tanh(u)^2), against the direct
 form and a numerical change-of-variables check (worked problem "the tanh Jacobian"), parity with
 the JAX twin within 1e-5 (squashed samples, log-probs, critic targets, losses, gradients, networks
-on the same weights), a smoke run, bit-identical curves for two runs with the same seed, and
+on the same weights), a smoke run, bit-identical curves for two runs with the same seed, the stored
+s' at a truncation being the true final observation (tests/unit/test_replay_final_obs.py), and
 learning: a 10-episode mean return >= -250 on Pendulum-v1 at 30k steps with seed 1, with the
 auto-tuned alpha below 0.1 by then (tests/registry.py, default test suite; all seeds:
 pytest -m learning). final_mean_return here is the mean of the last 10 episodes.

@@ -9,7 +9,10 @@ Docs:   docs/algorithms/td3.md
 Verified (tests/): td3_target and smoothed_target_actions against hand-computed numbers (clipped
 double Q, clipped smoothing noise, action bounds), parity with the JAX twin within 1e-5 (targets,
 losses, gradients, networks on the same weights), a smoke run and bit-identical curves for two runs
-with the same seed. NOT yet verified: learning (no LearningSpec; see docs/algorithms/td3.md).
+with the same seed. The stored s' at a truncation
+is the true final observation (tests/unit/test_replay_final_obs.py), and learning (pytest -m learning):
+on Pendulum-v1 at 30k steps the 10-episode means of seeds 1-3 were -167.0 / -118.5 / -192.6; registered as
+>= -250 on every seed.
 final_mean_return here is the mean of the last 10 episodes.
 Reproduce: python algos/td3_torch.py --seed 1
 """
