@@ -148,10 +148,11 @@ class MLP(nn.Module):
     head_std: float
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, return_hidden=False):
         x = nn.tanh(layer_init(64)(x))
         x = nn.tanh(layer_init(64)(x))
-        return layer_init(self.out_dim, std=self.head_std)(x)
+        out = layer_init(self.out_dim, std=self.head_std)(x)
+        return (x, out) if return_hidden else out  # the last hidden layer too, for output_layer_score
 
 
 class Agent:
@@ -173,8 +174,7 @@ class Agent:
 
     def actor_hidden_and_logits(self, params, obs):
         """The policy's last hidden layer h and its logits W h + b (what output_layer_score needs)."""
-        logits, state = self.actor.apply(params["actor"], obs, capture_intermediates=True, mutable=["intermediates"])
-        return nn.tanh(state["intermediates"]["Dense_1"]["__call__"][0]), logits
+        return self.actor.apply(params["actor"], obs, return_hidden=True)
 
     @partial(jax.jit, static_argnums=0)
     def act(self, params, obs, key):

@@ -23,8 +23,7 @@ def gradient_steps(script, summary, overrides):
     args = replace(load_script(script).Args(), **overrides)
     if not hasattr(args, "learning_starts"):
         return None
-    steps_per_env = getattr(args, "num_envs", 1)  # one iteration steps every env once
-    iterations = (summary["global_step"] - args.learning_starts) // steps_per_env
+    iterations = (summary["global_step"] - args.learning_starts) // getattr(args, "num_envs", 1)  # one step of every env
     return iterations // getattr(args, "train_frequency", 1)
 
 
