@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, gae_on_column as gae
+from helpers import conv, gae_on_column as gae, is_torch, load_script
 
 TWINS = ["algos/a2c_torch.py", "algos/a2c_jax.py"]
 
@@ -35,8 +35,8 @@ def test_a2c_loss_by_hand(script):
     logp, ent, v = [np.log(0.5), np.log(0.25)], [0.7, 0.5], [1.0, 2.0]
     adv, ret = [2.0, -1.0], [3.0, 1.0]
     # policy -(2 log .5 - log .25)/2 = -(2 * -0.6931 + 1.3863) / 2 = 0; value 0.5 * (4 + 1) / 2 = 1.25
-    conv = torch.tensor if script.endswith("torch.py") else jnp.asarray
-    total, pg, vl, en = m.a2c_loss(*(conv(np.asarray(x, dtype=np.float32)) for x in (logp, ent, v, adv, ret)), 0.5, 0.01)
+    to = conv(script)
+    total, pg, vl, en = m.a2c_loss(*(to(x) for x in (logp, ent, v, adv, ret)), 0.5, 0.01)
     assert float(pg) == pytest.approx(0.0, abs=1e-6)
     assert float(vl) == pytest.approx(1.25)
     assert float(en) == pytest.approx(0.6)
@@ -49,7 +49,7 @@ def test_no_gradient_through_advantages_or_targets(script):
     m = load_script(script)
     rng = np.random.default_rng(0)
     x = [rng.normal(size=6).astype(np.float32) for _ in range(5)]
-    if script.endswith("torch.py"):
+    if is_torch(script):
         t = [torch.tensor(a, requires_grad=True) for a in x]
         m.a2c_loss(*t, 0.5, 0.01)[0].backward()
         g_adv, g_ret = t[3].grad, t[4].grad
@@ -64,7 +64,7 @@ def test_no_gradient_through_advantages_or_targets(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_continuous_env_is_refused_naming_the_right_script(script, tmp_path):
     m = load_script(script)
-    twin = "ppo_continuous_torch.py" if script.endswith("torch.py") else "ppo_continuous_jax.py"
+    twin = "ppo_continuous_torch.py" if is_torch(script) else "ppo_continuous_jax.py"
     with pytest.raises(ValueError, match=twin):
         m.train(m.Args(env_id="Pendulum-v1", log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir()), "refused before any run directory was written"

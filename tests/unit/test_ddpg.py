@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, conv
+from helpers import conv, is_torch, load_script
 
 TWINS = ["algos/ddpg_torch.py", "algos/ddpg_jax.py"]
 
@@ -29,7 +29,7 @@ def test_actor_respects_an_offset_box(script):
     low, high = np.array([0.0, -3.0], np.float32), np.array([4.0, -1.0], np.float32)
     scale, bias = (high - low) / 2, (high + low) / 2
     obs = np.random.default_rng(0).normal(scale=100.0, size=(512, 3)).astype(np.float32)
-    if script.endswith("torch.py"):
+    if is_torch(script):
         torch.manual_seed(0)
         actor = m.Actor(3, 2, 16, scale, bias)
         with torch.no_grad():
@@ -44,7 +44,7 @@ def test_actor_respects_an_offset_box(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_discrete_env_is_refused_naming_the_right_scripts(script, tmp_path):
     m = load_script(script)
-    fw = "torch" if script.endswith("torch.py") else "jax"
+    fw = "torch" if is_torch(script) else "jax"
     with pytest.raises(ValueError, match=f"algos/dqn_{fw}.py or algos/ppo_{fw}.py"):
         m.train(m.Args(env_id="CartPole-v1", log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir()), "refused before any run directory was written"

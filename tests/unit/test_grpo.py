@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, conv
+from helpers import conv, is_torch, load_script
 
 TWINS = ["llm/grpo_torch.py", "llm/grpo_jax.py"]
 tasks = load_script("llm/tasks.py")
@@ -50,7 +50,7 @@ def test_problem6_k3_values_and_sign(script):
 
 def loss_and_grad(script, logp, old, ref, adv, mask, clip_coef=0.2, kl_coef=0.0):
     m, c = load_script(script), conv(script)
-    if script.endswith("torch.py"):
+    if is_torch(script):
         lp = c(logp).requires_grad_(True)
         loss, kl, clip = m.grpo_loss(lp, c(old), c(ref), c(adv), c(mask), clip_coef, kl_coef)
         loss.backward()

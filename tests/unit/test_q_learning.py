@@ -5,14 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, conv
+from helpers import conv, is_torch, load_script
 
 TWINS = ["algos/q_learning_torch.py", "algos/q_learning_jax.py"]
 
 
 @pytest.mark.parametrize("script", TWINS)
 def test_update_by_hand(script):
-    m, f, i = load_script(script), conv(script), conv(script, np.int64 if script.endswith("torch.py") else np.int32)
+    m, f, i = load_script(script), conv(script), conv(script, np.int64 if is_torch(script) else np.int32)
     Q = f([[0.0, 1.0], [2.0, 0.5], [0.0, 0.0]])
     # transition 0: (s=0, a=0, r=1, s'=1, not terminated): target 1 + 0.9 * max(2, 0.5) = 2.8
     # transition 1: (s=1, a=1, r=3, s'=2, terminated):     target 3 (nothing bootstrapped)
@@ -27,7 +27,7 @@ def test_update_by_hand(script):
 def test_colliding_updates_add_up(script):
     """Two environments hit the same (s, a) in one step: both TD errors come from the same Q and
     both increments are applied."""
-    m, f, i = load_script(script), conv(script), conv(script, np.int64 if script.endswith("torch.py") else np.int32)
+    m, f, i = load_script(script), conv(script), conv(script, np.int64 if is_torch(script) else np.int32)
     Q = f([[1.0, 0.0]])
     Q_new, td = m.q_learning_update(Q, i([0, 0]), i([0, 0]), f([3.0, 2.0]), f([0.5, 0.5]))
     np.testing.assert_allclose(np.asarray(td), [2.0, 1.0])
@@ -37,7 +37,7 @@ def test_colliding_updates_add_up(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_robbins_monro_step_sizes(script):
     m = load_script(script)
-    counts = conv(script, np.int64 if script.endswith("torch.py") else np.int32)([1, 4, 16, 100])
+    counts = conv(script, np.int64 if is_torch(script) else np.int32)([1, 4, 16, 100])
     np.testing.assert_allclose(np.asarray(m.robbins_monro_step_size(counts, 1.0)), [1, 0.25, 1 / 16, 0.01], rtol=1e-6)
     np.testing.assert_allclose(np.asarray(m.robbins_monro_step_size(counts, 0.5)), [1, 0.5, 0.25, 0.1], rtol=1e-6)
     # with power 1, alpha_n = 1/n makes Q[s, a] the running mean of its targets
@@ -55,7 +55,7 @@ def test_problem1_optimum_and_greedy_policy_value(script):
     V, Q = m.value_iteration(f(P), f(R), 0.9)
     np.testing.assert_allclose(np.asarray(V), [10, 11], atol=1e-4)
     np.testing.assert_allclose(np.asarray(Q), [[10, 9.9], [9.9, 11]], atol=1e-4)
-    idx = conv(script, np.int64 if script.endswith("torch.py") else np.int32)
+    idx = conv(script, np.int64 if is_torch(script) else np.int32)
     np.testing.assert_allclose(np.asarray(m.policy_value(f(P), f(R), idx([0, 1]), 0.9)), [10, 11], atol=1e-4)
     # the always-move policy: V(0) = 0 + 0.9 V(1), V(1) = 2 + 0.9 V(0) -> V(0) = 1.8 / 0.19
     np.testing.assert_allclose(np.asarray(m.policy_value(f(P), f(R), idx([1, 1]), 0.9)),
@@ -66,7 +66,7 @@ def test_problem1_optimum_and_greedy_policy_value(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_continuous_observations_are_refused(script, tmp_path):
     m = load_script(script)
-    twin = "dqn_torch.py" if script.endswith("torch.py") else "dqn_jax.py"
+    twin = "dqn_torch.py" if is_torch(script) else "dqn_jax.py"
     with pytest.raises(ValueError, match=twin):
         m.train(m.Args(env_id="CartPole-v1", log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir()), "refused before any run directory was written"
@@ -75,7 +75,7 @@ def test_continuous_observations_are_refused(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_continuous_actions_are_refused(script, tmp_path):
     m = load_script(script)
-    twin = "ppo_continuous_torch.py" if script.endswith("torch.py") else "ppo_continuous_jax.py"
+    twin = "ppo_continuous_torch.py" if is_torch(script) else "ppo_continuous_jax.py"
     with pytest.raises(ValueError, match=twin):
         m.train(m.Args(env_id="Pendulum-v1", log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import conv, is_torch, load_script
 
 TWINS = ["algos/reinforce_torch.py", "algos/reinforce_jax.py"]
 
@@ -15,7 +15,7 @@ def single_sample_gradient(script, theta, arm, weight):
     """d/dtheta of minus the twin's reinforce_loss for one pull of `arm` with weight r - b, where
     pi = softmax([0, theta]) (so pi(arm 1) = sigmoid(theta)): the REINFORCE estimate itself."""
     m = load_script(script)
-    if script.endswith("torch.py"):
+    if is_torch(script):
         th = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
         logits = torch.stack([torch.zeros((), dtype=torch.float64), th])[None]
         logp = m.categorical_log_prob(logits, torch.tensor([arm]))
@@ -61,8 +61,8 @@ def test_returns_to_go_by_hand(script):
     m = load_script(script)
     rewards = np.array([[1, 0], [0, 2], [2, 0], [1, 0]], dtype=np.float32)
     dones = np.array([[0, 0], [1, 1], [0, 0], [0, 0]], dtype=np.float32)
-    conv = torch.as_tensor if script.endswith("torch.py") else jnp.asarray
-    G = np.asarray(m.returns_to_go(conv(rewards), conv(dones), 0.5))
+    to = conv(script)
+    G = np.asarray(m.returns_to_go(to(rewards), to(dones), 0.5))
     # column 0: episode [1, 0] ends at t=1 -> [1, 0]; then [2, 1] -> [2.5, 1]
     np.testing.assert_allclose(G[:, 0], [1.0, 0.0, 2.5, 1.0], atol=1e-6)
     np.testing.assert_allclose(G[:, 1], [1.0, 2.0, 0.0, 0.0], atol=1e-6)
@@ -72,10 +72,10 @@ def test_returns_to_go_by_hand(script):
 def test_masked_steps_do_not_count(script):
     """Steps after an environment's episode ended (mask 0) change neither the loss nor its gradient."""
     m = load_script(script)
-    conv = torch.as_tensor if script.endswith("torch.py") else jnp.asarray
-    logp = conv(np.array([-0.5, -1.0, -7.0], dtype=np.float32))
-    w = conv(np.array([2.0, -1.0, 100.0], dtype=np.float32))
-    mask = conv(np.array([1.0, 1.0, 0.0], dtype=np.float32))
+    to = conv(script)
+    logp = to(np.array([-0.5, -1.0, -7.0], dtype=np.float32))
+    w = to(np.array([2.0, -1.0, 100.0], dtype=np.float32))
+    mask = to(np.array([1.0, 1.0, 0.0], dtype=np.float32))
     assert float(m.reinforce_loss(logp, w, mask)) == pytest.approx(-(-1.0 + 1.0) / 2)
     normed = np.asarray(m.masked_normalize(w, mask))
     assert normed[2] == 0.0 and normed[:2].sum() == pytest.approx(0.0, abs=1e-6)
@@ -88,17 +88,17 @@ def test_estimator_variance_by_hand(script):
     masked out); e2: 1 * (-1, 0) + 0.5 * (0, 2) = (-1, 1). Mean (4/3, 5/3); squared distances
     8/9, 41/9, 53/9, sum 102/9; divided by E - 1 = 2: 17/3."""
     m = load_script(script)
-    conv = torch.as_tensor if script.endswith("torch.py") else jnp.asarray
+    to = conv(script)
     scores = np.array([[[1, 0], [1, 1], [-1, 0]],
                        [[0, 1], [5, 5], [0, 2]]], dtype=np.float32)  # (T=2, E=3, D=2)
     weights = np.array([[2, 3, 1], [1, 7, 0.5]], dtype=np.float32)
     mask = np.array([[1, 1, 1], [1, 0, 1]], dtype=np.float32)
-    var = float(m.estimator_variance(conv(scores), conv(weights), conv(mask)))
+    var = float(m.estimator_variance(to(scores), to(weights), to(mask)))
     assert var == pytest.approx(17 / 3, abs=1e-6)
     # the same estimate from every episode: no variance
     same = np.broadcast_to(scores[:, :1], scores.shape).copy()
-    ones = conv(np.ones((2, 3), np.float32))
-    assert float(m.estimator_variance(conv(same), ones, ones)) == 0.0
+    ones = to(np.ones((2, 3), np.float32))
+    assert float(m.estimator_variance(to(same), ones, ones)) == 0.0
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -107,9 +107,9 @@ def test_output_layer_score_by_hand_and_autograd(script):
     is (onehot - pi) outer h = [[-0.5, -1], [0.5, 1]] (row by row) then the bias part (-0.5, 0.5).
     On random inputs it equals autograd's gradient of categorical_log_prob with respect to W and b."""
     m = load_script(script)
-    conv = torch.as_tensor if script.endswith("torch.py") else jnp.asarray
-    score = np.asarray(m.output_layer_score(conv(np.array([1.0, 2.0], np.float32)), conv(np.zeros(2, np.float32)),
-                                            conv(np.array(1))))
+    to = conv(script)
+    score = np.asarray(m.output_layer_score(to(np.array([1.0, 2.0], np.float32)), to(np.zeros(2, np.float32)),
+                                            conv(script, np.int32)(1)))
     np.testing.assert_allclose(score, [-0.5, -1.0, 0.5, 1.0, -0.5, 0.5], atol=1e-7)
 
     rng = np.random.default_rng(0)
@@ -118,14 +118,14 @@ def test_output_layer_score_by_hand_and_autograd(script):
     W = rng.normal(size=(A, H)).astype(np.float32)
     b = rng.normal(size=A).astype(np.float32)
     a = 2
-    if script.endswith("torch.py"):
+    if is_torch(script):
         Wt, bt = torch.tensor(W, requires_grad=True), torch.tensor(b, requires_grad=True)
         m.categorical_log_prob(Wt @ torch.as_tensor(h) + bt, torch.tensor(a)).backward()
         expected = np.concatenate([Wt.grad.numpy().ravel(), bt.grad.numpy()])
     else:
         gW, gb = jax.grad(lambda W, b: m.categorical_log_prob(W @ h + b, jnp.array(a)), argnums=(0, 1))(W, b)
         expected = np.concatenate([np.asarray(gW).ravel(), np.asarray(gb)])
-    got = np.asarray(m.output_layer_score(conv(h), conv(W @ h + b), conv(np.array(a))))
+    got = np.asarray(m.output_layer_score(to(h), to(W @ h + b), conv(script, np.int32)(a)))
     np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
