@@ -155,6 +155,17 @@ def make_envs(env_id, num_envs):
                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
 
 
+def transition_next_obs(next_obs, infos):
+    """The s' to store for each env's transition. With SAME_STEP autoreset, an env whose episode
+    ended at this step already returned the next episode's first observation in next_obs; its true
+    last observation is infos["final_obs"][i]. A truncated transition bootstraps from that one."""
+    real_next_obs = next_obs.copy()
+    if "_final_obs" in infos:
+        for i in np.flatnonzero(infos["_final_obs"]):
+            real_next_obs[i] = infos["final_obs"][i]
+    return real_next_obs
+
+
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.batch_size > args.buffer_size:
@@ -250,10 +261,7 @@ def train(args: Args) -> dict:
         next_obs = np.asarray(next_obs, dtype=np.float32)
 
         # ---- store: an ended episode's true last observation is final_obs, not the reset one
-        real_next_obs = next_obs.copy()
-        if "_final_obs" in infos:
-            for i in np.flatnonzero(infos["_final_obs"]):
-                real_next_obs[i] = infos["final_obs"][i]
+        real_next_obs = transition_next_obs(next_obs, infos)
         idx = (rb_pos + np.arange(args.num_envs)) % args.buffer_size
         obs_rb[idx], next_obs_rb[idx], actions_rb[idx] = obs, real_next_obs, action
         rewards_rb[idx], dones_rb[idx] = reward, terminated
