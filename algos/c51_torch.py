@@ -69,6 +69,8 @@ class Args:
     """vector-env steps between gradient steps"""
     max_grad_norm: float = 10.0
     """global gradient-norm clip"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly to 0 over the run's gradient steps (the final policy settles)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -213,6 +215,8 @@ def evaluate(model_path, env_id, eval_episodes, seed, n_atoms, v_min, v_max):
 def train(args: Args) -> dict:
     check_args(args)
     num_iterations = args.total_timesteps // args.num_envs
+    # gradient steps in the whole run: every train_frequency-th iteration after the warm-up
+    num_gradient_steps = num_iterations // args.train_frequency - (args.learning_starts // args.num_envs) // args.train_frequency
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -292,6 +296,8 @@ def train(args: Args) -> dict:
                 logits = q_network(b_obs)[rows, b_actions]
                 loss = categorical_loss(logits, target_probs)
                 q_taken = (torch.softmax(logits, dim=-1) * atoms).sum(dim=-1)
+                if args.anneal_lr:  # linear from learning_rate to 0 over the gradient steps (optax.linear_schedule in the JAX twin)
+                    optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - num_updates / max(num_gradient_steps, 1))
                 optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)

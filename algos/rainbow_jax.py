@@ -77,6 +77,8 @@ class Args:
     """vector-env steps between gradient steps"""
     max_grad_norm: float = 10.0
     """global gradient-norm clip"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly to 0 over the run's gradient steps (the final policy settles)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -322,6 +324,8 @@ def evaluate(model_path, env_id, eval_episodes, seed, n_atoms, v_min, v_max):
 def train(args: Args) -> dict:
     check_args(args)
     num_iterations = args.total_timesteps // args.num_envs
+    # gradient steps in the whole run: every train_frequency-th iteration after the warm-up
+    num_gradient_steps = num_iterations // args.train_frequency - (args.learning_starts // args.num_envs) // args.train_frequency
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -341,7 +345,10 @@ def train(args: Args) -> dict:
     key, init_key = jax.random.split(key)
     params = q_network.init(init_key, jnp.zeros((1, obs_dim)), False)
     target_params = params
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(args.learning_rate))
+    # the step size: constant, or linear from learning_rate to 0 over the gradient steps (anneal_lr)
+    learning_rate = (optax.linear_schedule(args.learning_rate, 0.0, max(num_gradient_steps, 1))
+                     if args.anneal_lr else args.learning_rate)
+    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate))
     opt_state = optimizer.init(params)
     atoms = jnp.linspace(args.v_min, args.v_max, args.n_atoms)
 
