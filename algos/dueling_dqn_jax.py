@@ -114,6 +114,14 @@ def td_loss(q_taken, targets):
     return jnp.where(abs_error < 1.0, 0.5 * error ** 2, abs_error - 0.5).mean()
 
 
+def count_gradient_steps(total_timesteps, num_envs, learning_starts, train_frequency):
+    """Gradient steps in a whole run: iteration i (of total_timesteps // num_envs, each a step of
+    every env) takes one when i * num_envs > learning_starts and i % train_frequency == 0. The
+    annealed learning rate reaches 0 after exactly this many."""
+    num_iterations = total_timesteps // num_envs
+    return max(0, num_iterations // train_frequency - (learning_starts // num_envs) // train_frequency)
+
+
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
     return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
@@ -207,8 +215,8 @@ def evaluate(model_path, env_id, eval_episodes, seed):
 def train(args: Args) -> dict:
     check_args(args)
     num_iterations = args.total_timesteps // args.num_envs
-    # gradient steps in the whole run: every train_frequency-th iteration after the warm-up
-    num_gradient_steps = num_iterations // args.train_frequency - (args.learning_starts // args.num_envs) // args.train_frequency
+    num_gradient_steps = count_gradient_steps(args.total_timesteps, args.num_envs, args.learning_starts,
+                                              args.train_frequency)
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -331,6 +339,7 @@ def train(args: Args) -> dict:
         "sps": global_step / wall_time,
         "wall_time": wall_time,
         "global_step": global_step,
+        "num_updates": num_updates,
         "run_dir": run_dir,
         "losses": losses,
     }

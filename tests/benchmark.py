@@ -4,7 +4,9 @@ their default budget, `--repeats` times each, interleaved, and prints median wal
 
     python tests/benchmark.py ppo                 # algos/ppo_torch.py vs algos/ppo_jax.py, 400k steps
     python tests/benchmark.py ppo --repeats 3 --total-timesteps 100000
+    python tests/benchmark.py dqn --set train_frequency=10 --set learning_starts=10000   # other Args
 """
+import ast
 import argparse
 from dataclasses import replace
 import statistics
@@ -20,6 +22,8 @@ def gradient_steps(script, summary, overrides):
     """Off-policy scripts (an Args field `learning_starts`) take a gradient step every
     `train_frequency` environment steps (1 where the field is absent: SAC, TD3, DDPG) after the
     warm-up. None for the on-policy scripts."""
+    if "num_updates" in summary:  # the script counted them itself
+        return summary["num_updates"]
     args = replace(load_script(script).Args(), **overrides)
     if not hasattr(args, "learning_starts"):
         return None
@@ -33,8 +37,18 @@ def main():
     parser.add_argument("--folder", default="algos")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--total-timesteps", type=int, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override one Args field in both twins (repeatable), e.g. train_frequency=10")
     opts = parser.parse_args()
     overrides = {} if opts.total_timesteps is None else {"total_timesteps": opts.total_timesteps}
+    for item in opts.set:
+        field, value = item.split("=", 1)
+        try:
+            overrides[field] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            overrides[field] = value  # a plain string, e.g. env_id=Acrobot-v1
+    if overrides:
+        print(f"overrides: {overrides}")
     twins = [f"{opts.folder}/{opts.algo}_torch.py", f"{opts.folder}/{opts.algo}_jax.py"]
     results = {t: [] for t in twins}
     with tempfile.TemporaryDirectory() as log_dir:
