@@ -25,7 +25,8 @@ def smoothed(curve, window=20):
 
 
 def write_curves(spec, results):
-    """CSV of every seed's raw curve and a PNG of the mean and min-max spread over seeds."""
+    """CSV of every seed's raw curve and a PNG of the mean and min-max spread over seeds (of each
+    seed's running mean over spec.smooth points)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -42,15 +43,15 @@ def write_curves(spec, results):
     grid = np.linspace(first_step, last_step, 200)  # the steps where every seed has a point
     rows = []
     for summary in results.values():
-        steps, means = smoothed(summary[spec.curve])
+        steps, means = smoothed(summary[spec.curve], spec.smooth)
         rows.append(np.interp(grid, steps, means))
     rows = np.array(rows)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(grid, rows.mean(0), label=f"mean of {len(results)} seeds")
     ax.fill_between(grid, rows.min(0), rows.max(0), alpha=0.25, label="min-max over seeds")
     ax.axhline(spec.threshold, color="gray", ls="--", lw=1, label=f"threshold {spec.threshold:g}")
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel(f"{spec.curve} (20-point running mean)")
+    ax.set_xlabel(spec.x_label)
+    ax.set_ylabel(spec.curve if spec.smooth == 1 else f"{spec.curve} ({spec.smooth}-point running mean)")
     ax.set_title(spec.name)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
