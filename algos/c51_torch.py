@@ -7,12 +7,11 @@ Docs:   docs/algorithms/c51.md
 
 Verified (tests/): categorical_projection against hand-computed cases (mass conserved, rewards
 between atoms split to the two nearest, rewards outside [v_min, v_max], terminal transitions),
-categorical_loss by hand,
-parity with the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves
-for two runs with the same seed,
-count_gradient_steps against a brute-force count of the loop (the annealed learning rate's
-length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k
-steps for at least 2 of seeds 1-3 (pytest -m learning; runs in docs/algorithms/c51.md).
+categorical_loss by hand, parity with the JAX twin within 1e-5 (values and gradients), a smoke run,
+bit-identical curves for two runs with the same seed, count_gradient_steps against a brute-force
+count of the loop (the annealed learning rate's length), and learning, both twins: a 20-episode
+mean return >= 450 on CartPole-v1 at 100k steps for at least 2 of seeds 1-3 (pytest -m learning;
+runs in docs/algorithms/c51.md).
 Reproduce: python algos/c51_torch.py --seed 1
 """
 import copy

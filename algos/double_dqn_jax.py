@@ -6,12 +6,12 @@ Twin:   algos/double_dqn_torch.py (`diff algos/double_dqn_torch.py algos/double_
 Docs:   docs/algorithms/double_dqn.md
 
 Verified (tests/): double_q_target, td_loss and linear_schedule against hand-computed numbers, the
-removal of the max's upward bias (worked problem 4: the double estimate is exactly 0),
-parity with the PyTorch twin within 1e-5 (values and gradients), a smoke run, bit-identical curves
-for two runs with the same seed,
-count_gradient_steps against a brute-force count of the loop (the annealed learning rate's
-length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k
-steps for at least 2 of seeds 1-3 (pytest -m learning; runs in docs/algorithms/double_dqn.md).
+removal of the max's upward bias (worked problem 4: the double estimate is exactly 0), parity with
+the PyTorch twin within 1e-5 (values and gradients), a smoke run, bit-identical curves for two runs
+with the same seed, count_gradient_steps against a brute-force count of the loop (the annealed
+learning rate's length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1
+at 100k steps for at least 2 of seeds 1-3 (pytest -m learning; runs in
+docs/algorithms/double_dqn.md).
 Reproduce: python algos/double_dqn_jax.py --seed 1
 """
 import os

@@ -6,12 +6,12 @@ Twin:   algos/dqn_jax.py (`diff algos/dqn_torch.py algos/dqn_jax.py` shows only 
 Docs:   docs/algorithms/dqn.md
 
 Verified (tests/): max_q_target, td_loss and linear_schedule against hand-computed numbers, the
-upward bias of the max (worked problem 4: E[max] = 0.075 by enumeration and by Monte Carlo),
-parity with the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves
-for two runs with the same seed,
-count_gradient_steps against a brute-force count of the loop (the annealed learning rate's
-length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k
-steps for at least 2 of seeds 1-3 (seed 1 in the default test suite; all seeds: pytest -m learning).
+upward bias of the max (worked problem 4: E[max] = 0.075 by enumeration and by Monte Carlo), parity
+with the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves for two
+runs with the same seed, count_gradient_steps against a brute-force count of the loop (the annealed
+learning rate's length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1
+at 100k steps for at least 2 of seeds 1-3 (seed 1 in the default test suite; all seeds: pytest -m
+learning).
 Reproduce: python algos/dqn_torch.py --seed 1
 """
 import copy

@@ -6,12 +6,11 @@ Twin:   algos/dueling_dqn_torch.py (`diff algos/dueling_dqn_torch.py algos/dueli
 Docs:   docs/algorithms/dueling_dqn.md
 
 Verified (tests/): dueling_aggregate by hand (mean_a Q = V; a constant shift of A leaves Q
-unchanged), max_q_target and td_loss as in DQN,
-parity with the PyTorch twin within 1e-5 (values and gradients), a smoke run, bit-identical curves
-for two runs with the same seed,
-count_gradient_steps against a brute-force count of the loop (the annealed learning rate's
-length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k
-steps for at least 2 of seeds 1-3 (pytest -m learning; runs in docs/algorithms/dueling_dqn.md).
+unchanged), max_q_target and td_loss as in DQN, parity with the PyTorch twin within 1e-5 (values
+and gradients), a smoke run, bit-identical curves for two runs with the same seed,
+count_gradient_steps against a brute-force count of the loop (the annealed learning rate's length),
+and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k steps for at least
+2 of seeds 1-3 (pytest -m learning; runs in docs/algorithms/dueling_dqn.md).
 Reproduce: python algos/dueling_dqn_jax.py --seed 1
 """
 import os

@@ -5,13 +5,12 @@ Papers: Schaul, Quan, Antonoglou and Silver 2015, "Prioritized Experience Replay
 Twin:   algos/per_dqn_jax.py (`diff algos/per_dqn_torch.py algos/per_dqn_jax.py` shows only the framework).
 Docs:   docs/algorithms/per_dqn.md
 
-Verified (tests/): SumTree (sums after updates, sampling frequencies proportional to the
-priorities by a chi-square test), importance_weights and weighted_td_loss against the formulas,
-parity with the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves
-for two runs with the same seed,
-count_gradient_steps against a brute-force count of the loop (the annealed learning rate's
-length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k
-steps for at least 2 of seeds 1-3 (pytest -m learning; runs in docs/algorithms/per_dqn.md).
+Verified (tests/): SumTree (sums after updates, sampling frequencies proportional to the priorities
+by a chi-square test), importance_weights and weighted_td_loss against the formulas, parity with
+the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves for two runs
+with the same seed, count_gradient_steps against a brute-force count of the loop (the annealed
+learning rate's length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1
+at 100k steps for at least 2 of seeds 1-3 (pytest -m learning; runs in docs/algorithms/per_dqn.md).
 Reproduce: python algos/per_dqn_torch.py --seed 1
 """
 import copy

@@ -5,13 +5,13 @@ Papers: Dabney, Rowland, Bellemare and Munos 2017, "Distributional Reinforcement
 Twin:   algos/qr_dqn_jax.py (`diff algos/qr_dqn_torch.py algos/qr_dqn_jax.py` shows only the framework).
 Docs:   docs/algorithms/qr_dqn.md
 
-Verified (tests/): quantile_taus and quantile_huber_loss against hand-computed numbers, the
-loss's minimiser (fitted quantiles of a fixed discrete distribution converge to its true quantiles),
-parity with the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves
-for two runs with the same seed,
-count_gradient_steps against a brute-force count of the loop (the annealed learning rate's
-length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k
-steps for at least 2 of seeds 1-3 (pytest -m learning; runs in docs/algorithms/qr_dqn.md).
+Verified (tests/): quantile_taus and quantile_huber_loss against hand-computed numbers, the loss's
+minimiser (fitted quantiles of a fixed discrete distribution converge to its true quantiles),
+parity with the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves for
+two runs with the same seed, count_gradient_steps against a brute-force count of the loop (the
+annealed learning rate's length), and learning, both twins: a 20-episode mean return >= 450 on
+CartPole-v1 at 100k steps for at least 2 of seeds 1-3 (pytest -m learning; runs in
+docs/algorithms/qr_dqn.md).
 Reproduce: python algos/qr_dqn_torch.py --seed 1
 """
 import copy

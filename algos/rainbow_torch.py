@@ -9,11 +9,11 @@ Docs:   docs/algorithms/rainbow.md
 
 Verified (tests/): n_step_transition, categorical_projection (per-sample discounts), noisy_linear
 and dueling_aggregate against hand-computed numbers, SumTree sampling and importance_weights,
-parity with the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves
-for two runs with the same seed,
-count_gradient_steps against a brute-force count of the loop (the annealed learning rate's
-length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k
-steps for at least 2 of seeds 1-3 (pytest -m learning; runs in docs/algorithms/rainbow.md).
+parity with the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves for
+two runs with the same seed, count_gradient_steps against a brute-force count of the loop (the
+annealed learning rate's length), and learning, both twins: a 20-episode mean return >= 450 on
+CartPole-v1 at 100k steps for at least 2 of seeds 1-3 (pytest -m learning; runs in
+docs/algorithms/rainbow.md).
 Reproduce: python algos/rainbow_torch.py --seed 1
 """
 import copy

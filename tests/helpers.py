@@ -41,6 +41,15 @@ def twin_scripts():
     return scripts
 
 
+# The value-based family (issue 4): the pairs that share the replay/target-network/annealed-lr skeleton.
+VALUE_BASED = ("dqn", "double_dqn", "dueling_dqn", "per_dqn", "c51", "qr_dqn", "rainbow")
+
+
+def value_based_scripts():
+    """Both twins of every value-based pair, e.g. "algos/dqn_torch.py"."""
+    return [f"algos/{name}_{fw}.py" for name in VALUE_BASED for fw in ("torch", "jax")]
+
+
 def run_train(relpath, log_dir, **overrides):
     """train(Args(**overrides)) quietly, logging under log_dir; returns the summary dict."""
     module = load_script(relpath)

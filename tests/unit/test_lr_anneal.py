@@ -4,11 +4,9 @@ would either stop short of 0 or go negative at the end of a run. Checked against
 count of the training loop's own condition, and against the number of updates a real run takes."""
 import pytest
 
-from helpers import load_script, run_train, twin_scripts
+from helpers import VALUE_BASED, load_script, run_train, twin_scripts, value_based_scripts
 
-VALUE_BASED = ("dqn", "double_dqn", "dueling_dqn", "per_dqn", "c51", "qr_dqn", "rainbow")
-SCRIPTS = [s for s in twin_scripts()
-           if s.startswith("algos/") and s[len("algos/"):].rsplit("_", 1)[0] in VALUE_BASED]
+SCRIPTS = value_based_scripts()
 
 
 def brute_force(total_timesteps, num_envs, learning_starts, train_frequency):
@@ -18,7 +16,7 @@ def brute_force(total_timesteps, num_envs, learning_starts, train_frequency):
 
 
 def test_all_value_based_scripts_found():
-    assert len(SCRIPTS) == 2 * len(VALUE_BASED)
+    assert len(SCRIPTS) == 2 * len(VALUE_BASED) and set(SCRIPTS) <= set(twin_scripts())
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
