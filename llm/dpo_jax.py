@@ -46,7 +46,7 @@ class Args:
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
     """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
-    sft_steps: int = 800
+    sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 2000
     """training prompts whose SFT samples are turned into preference pairs"""
@@ -54,7 +54,7 @@ class Args:
     """completions sampled per prompt (temperature 1); a pair needs two the verifier scores differently"""
     label_noise: float = 0.1
     """probability that a pair's preference is flipped (Bradley-Terry on the gold reward)"""
-    beta: float = 0.5
+    beta: float = 1.0
     """DPO temperature: the strength of the implicit KL regularisation to the reference"""
     epochs: int = 2
     """passes over the preference pairs"""

@@ -46,7 +46,7 @@ class Args:
     """held-out test prompts (a fixed split, disjoint from the training prompts); held-out pairs come from them"""
     sft_path: str = ""
     """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
-    sft_steps: int = 800
+    sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 8000
     """training prompts whose SFT samples are turned into preference pairs"""

@@ -85,6 +85,19 @@ def make_splits(digits, num_test, seed=0):
     return pairs[num_test:], pairs[:num_test]
 
 
+def inner_carry(pairs, digits):
+    """(N, 2) operand pairs -> (N,) bool: True where some column carries into the next one (the
+    carries the demonstrator forgets; the overflow out of the last column does not count)."""
+    pairs = np.asarray(pairs)
+    carry = np.zeros(len(pairs), dtype=np.int64)
+    out = np.zeros(len(pairs), dtype=bool)
+    for col in range(digits - 1):
+        s = (pairs[:, 0] // 10 ** col) % 10 + (pairs[:, 1] // 10 ** col) % 10 + carry
+        carry = s // 10
+        out |= carry > 0
+    return out
+
+
 def encode_prompts(pairs, digits):
     """(N, 2) operand pairs -> (N, prompt_len) int64 token ids."""
     return np.array([encode(prompt_text(a, b, digits)) for a, b in pairs], dtype=np.int64)

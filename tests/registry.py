@@ -49,35 +49,35 @@ REGISTRY = [
                  verified_seed=1, metric="greedy_mean_return",
                  note="issue 3: seeds 1-3 gave 0.740, 0.760, 0.746 (optimum under the 100-step limit)"),
     # LLM track (docs/algorithms/llm.md), 2-digit addition on a 0.4M-parameter tiny LM trained from
-    # scratch. SFT: greedy held-out accuracy of the imperfect-demonstrator policy (aimed at 30-70%).
+    # scratch. SFT: greedy held-out accuracy of the imperfect-demonstrator policy (aimed at 30-70%),
+    # 1500 steps (sampled accuracy on the carry problems 0.27-0.31, the demonstrator's 0.30).
     LearningSpec("llm/sft_torch.py", {}, threshold=0.45, metric="test_accuracy", curve="accuracy_curve",
-                 x_label="training steps", smooth=1, note="issue 6: 800 steps; seeds 1/2/3 ended at 0.578/0.558/0.580 greedy (torch); see docs/algorithms/sft.md"),
+                 x_label="training steps", smooth=1, note="issue 6: 1500 steps; seeds 1/2/3 ended at 0.556/0.554/0.556 greedy; see docs/algorithms/sft.md"),
     LearningSpec("llm/sft_jax.py", {}, threshold=0.45, metric="test_accuracy", curve="accuracy_curve",
-                 x_label="training steps", smooth=1, note="issue 6: same recipe as the torch twin; see docs/algorithms/sft.md"),
+                 x_label="training steps", smooth=1, note="issue 6: 1500 steps; seeds 1/2/3 ended at 0.560/0.556/0.570 greedy; see docs/algorithms/sft.md"),
     # Reward model (Bradley-Terry, scalar head on the SFT transformer's <eos> state): held-out pairwise
     # accuracy against the gold preference, 8000 training prompts x 4 samples, 20 epochs
-    # (docs/algorithms/reward_model.md). Measured torch 0.855 / 0.815 / 0.893, JAX 0.910 / 0.853 / 0.829.
+    # (docs/algorithms/reward_model.md). Measured torch 0.939 / 0.954 / 0.957, JAX 0.912 / 0.946 / 0.881.
     LearningSpec("llm/reward_model_torch.py", {}, threshold=0.8, metric="test_pair_accuracy",
                  curve="accuracy_curve", x_label="training steps", smooth=1,
-                 note="issue 6: seeds 1-3 gave 0.855, 0.815, 0.893 (68-108 s each after the SFT, two runs at a time)"),
+                 note="issue 6: seeds 1-3 gave 0.939, 0.954, 0.957 (64-74 s each after the SFT, two runs at a time)"),
     LearningSpec("llm/reward_model_jax.py", {}, threshold=0.8, metric="test_pair_accuracy",
                  curve="accuracy_curve", x_label="training steps", smooth=1,
-                 note="issue 6: seeds 1-3 gave 0.910, 0.853, 0.829 (55-87 s each after the SFT, two runs at a time)"),
-    # GRPO: held-out greedy accuracy gain over the SFT start, 30 steps (default suite: seed 1).
-    # Measured gains, seeds 1/2/3: torch +0.30 / +0.07 / +0.27, jax +0.20 / +0.35 / +0.17. The issue's
-    # +0.25 target is NOT met on every seed; 0.15 with 2 of 3 seeds is what these runs support.
-    LearningSpec("llm/grpo_torch.py", {}, threshold=0.15, verified_seed=1, metric="accuracy_gain",
-                 min_passing=2, curve="accuracy_gain_curve",
-                 x_label="training steps", smooth=1, note="issue 6: torch +0.30/+0.07/+0.27 for seeds 1-3; see docs/algorithms/grpo.md"),
-    LearningSpec("llm/grpo_jax.py", {}, threshold=0.15, verified_seed=1, metric="accuracy_gain",
-                 min_passing=2, curve="accuracy_gain_curve",
-                 x_label="training steps", smooth=1, note="issue 6: jax +0.20/+0.35/+0.17 for seeds 1-3; see docs/algorithms/grpo.md"),
-    # DPO: held-out greedy accuracy gain over the SFT start (seed 1 measured: torch +0.34, jax +0.32;
-    # seeds 2-3 not yet measured).
+                 note="issue 6: seeds 1-3 gave 0.912, 0.946, 0.881 (53-73 s each after the SFT, two runs at a time)"),
+    # GRPO: held-out greedy accuracy gain over the SFT start, 30 steps of 64 prompts x 8 (default suite:
+    # seed 1). Measured gains, seeds 1/2/3: torch +0.444 / +0.446 / +0.442, jax +0.440 / +0.438 / +0.410;
+    # the issue's +0.25 on every seed.
+    LearningSpec("llm/grpo_torch.py", {}, threshold=0.25, verified_seed=1, metric="accuracy_gain",
+                 curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 6: torch +0.444/+0.446/+0.442 for seeds 1-3; see docs/algorithms/grpo.md"),
+    LearningSpec("llm/grpo_jax.py", {}, threshold=0.25, verified_seed=1, metric="accuracy_gain",
+                 curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 6: jax +0.440/+0.438/+0.410 for seeds 1-3; see docs/algorithms/grpo.md"),
+    # DPO: held-out greedy accuracy gain over the SFT start, beta 1.0; the issue's +0.10 on every seed.
     LearningSpec("llm/dpo_torch.py", {}, threshold=0.10, metric="accuracy_gain", curve="accuracy_gain_curve",
-                 x_label="training steps", smooth=1, note="issue 6: seeds 1-3 gained +0.340, +0.108, +0.382 (3-5 s of DPO each after SFT and sampling); see docs/algorithms/dpo.md"),
+                 x_label="training steps", smooth=1, note="issue 6: seeds 1-3 gained +0.380, +0.388, +0.412 (2-4 s of DPO each after SFT and sampling); see docs/algorithms/dpo.md"),
     LearningSpec("llm/dpo_jax.py", {}, threshold=0.10, metric="accuracy_gain", curve="accuracy_gain_curve",
-                 x_label="training steps", smooth=1, note="issue 6: seeds 1-3 gained +0.316, +0.372, +0.274 (11-12 s of DPO each after SFT and sampling); see docs/algorithms/dpo.md"),
+                 x_label="training steps", smooth=1, note="issue 6: seeds 1-3 gained +0.324, +0.344, +0.334 (11-12 s of DPO each after SFT and sampling); see docs/algorithms/dpo.md"),
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md).
     LearningSpec("algos/sac_torch.py", {"env_id": "Pendulum-v1", "total_timesteps": 30_000},

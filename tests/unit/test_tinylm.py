@@ -45,6 +45,19 @@ def test_demonstrator_forgets_inner_carries_only():
     assert abs(np.mean(wrong) - 0.7) < 0.04
 
 
+def test_inner_carry_marks_exactly_the_problems_the_demonstrator_can_get_wrong():
+    pairs = np.array([[57, 48], [12, 34], [19, 1], [95, 10], [50, 50]])
+    np.testing.assert_array_equal(tasks.inner_carry(pairs, 2), [True, False, True, False, False])
+    # three digits: a carry out of either lower column counts (150+50, 99+1); 100+900 only overflows
+    np.testing.assert_array_equal(tasks.inner_carry(np.array([[150, 50], [99, 1], [100, 900]]), 3),
+                                  [True, True, False])
+    # on every 2-digit problem: the demonstrator with drop_carry 1 is wrong exactly where inner_carry is
+    rng = np.random.default_rng(0)
+    all_pairs = np.array([(a, b) for a in range(100) for b in range(100)])
+    wrong = [tasks.demonstrator_answer(a, b, 2, 1.0, rng) != tasks.answer_text(a + b, 2) for a, b in all_pairs]
+    np.testing.assert_array_equal(tasks.inner_carry(all_pairs, 2), wrong)
+    assert tasks.inner_carry(all_pairs, 2).mean() == 0.45
+
 def test_splits_are_fixed_and_disjoint():
     train_a, test_a = tasks.make_splits(2, 500)
     train_b, test_b = tasks.make_splits(2, 500)
