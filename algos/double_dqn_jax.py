@@ -12,6 +12,8 @@ with the same seed, count_gradient_steps against a brute-force count of the loop
 learning rate's length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1
 at 100k steps for at least 2 of seeds 1-3 (pytest -m learning; runs in
 docs/algorithms/double_dqn.md).
+Also verified: exploration_draws gives exactly the draws of one jitted call per env step (the
+block draws change the speed, not the run).
 Reproduce: python algos/double_dqn_jax.py --seed 1
 """
 import os
@@ -134,15 +136,28 @@ class QNetwork(nn.Module):
         return layer_init(self.num_actions, std=1.0)(x)
 
 
+EXPLORATION_BLOCK = 1000  # env steps of epsilon-greedy randomness drawn per call of exploration_draws
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2))
+def exploration_draws(num_steps, num_envs, num_actions, key):
+    """The epsilon-greedy randomness of the next num_steps env steps, in one call: for each step the
+    key is split as a one-step act would split it, and each env gets a uniform coin (explore when
+    coin < epsilon, decided on the host) and a uniform random action. Why in blocks: drawn one step
+    at a time, inside the jitted act, the threefry draws cost more than the forward pass
+    (docs/algorithms/dqn.md, Speed). Returns (coins, random_actions, key), each (num_steps, num_envs)."""
+    def one_step(key, _):
+        key, explore_key, action_key = jax.random.split(key, 3)
+        coins = jax.random.uniform(explore_key, (num_envs,))
+        return key, (coins, jax.random.randint(action_key, (num_envs,), 0, num_actions))
+    key, (coins, random_actions) = jax.lax.scan(one_step, key, None, length=num_steps)
+    return coins, random_actions, key
+
+
 @partial(jax.jit, static_argnums=0)
-def act(q_network, params, obs, epsilon, key):
-    """Epsilon-greedy: each env takes a uniform-random action with probability epsilon, the
-    greedy action otherwise. The key is split inside the jitted call; returns (action, key)."""
-    key, explore_key, action_key = jax.random.split(key, 3)
-    greedy = q_network.apply(params, obs).argmax(axis=-1)
-    explore = jax.random.uniform(explore_key, (obs.shape[0],)) < epsilon
-    random_actions = jax.random.randint(action_key, (obs.shape[0],), 0, q_network.num_actions)
-    return jnp.where(explore, random_actions, greedy), key
+def greedy_action(q_network, params, obs):
+    """The greedy action argmax_a Q(obs, a) of each env: the forward pass, one jitted call."""
+    return q_network.apply(params, obs).argmax(axis=-1)
 
 
 def make_envs(env_id, num_envs):
@@ -220,6 +235,10 @@ def train(args: Args) -> dict:
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
+    # One small jitted call per env step: run it inline on this thread rather than hand it to XLA's
+    # worker thread and wait for it (the counterpart of the torch twin's single intra-op thread).
+    # Read when the CPU backend starts, so it must come before the first JAX operation.
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
     key = jax.random.PRNGKey(args.seed)
     rng = np.random.default_rng(args.seed)  # replay sampling
 
@@ -273,8 +292,15 @@ def train(args: Args) -> dict:
                                   global_step)
         if global_step <= args.learning_starts:
             epsilon = 1.0  # uniform-random warm-up fills the buffer
-        action, key = act(q_network, params, obs, epsilon, key)
-        action = np.asarray(action)
+        # ---- act: epsilon-greedy, its coins and random actions drawn a block of steps at a time
+        j = (iteration - 1) % EXPLORATION_BLOCK
+        if j == 0:
+            coins, random_actions, key = exploration_draws(EXPLORATION_BLOCK, args.num_envs, q_network.num_actions, key)
+            coins, random_actions = np.asarray(coins), np.asarray(random_actions)
+        explore = coins[j] < epsilon
+        action = random_actions[j]
+        if not explore.all():  # the network is only needed when some env exploits
+            action = np.where(explore, action, np.asarray(greedy_action(q_network, params, obs)))
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         ep_return += reward
         ep_length += 1

@@ -344,6 +344,10 @@ def train(args: Args) -> dict:
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
+    # One small jitted call per env step: run it inline on this thread rather than hand it to XLA's
+    # worker thread and wait for it (the counterpart of the torch twin's single intra-op thread).
+    # Read when the CPU backend starts, so it must come before the first JAX operation.
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
     key = jax.random.PRNGKey(args.seed)
     rng = np.random.default_rng(args.seed)  # prioritised replay sampling
 
