@@ -87,14 +87,12 @@ def make_splits(digits, num_test, seed=0):
 
 def inner_carry(pairs, digits):
     """(N, 2) operand pairs -> (N,) bool: True where some column carries into the next one (the
-    carries the demonstrator forgets; the overflow out of the last column does not count)."""
-    pairs = np.asarray(pairs)
-    carry = np.zeros(len(pairs), dtype=np.int64)
-    out = np.zeros(len(pairs), dtype=bool)
-    for col in range(digits - 1):
-        s = (pairs[:, 0] // 10 ** col) % 10 + (pairs[:, 1] // 10 ** col) % 10 + carry
-        carry = s // 10
-        out |= carry > 0
+    carries the demonstrator forgets; the overflow out of the last column does not count). A carry
+    leaves the k lowest columns exactly when their parts of a and b sum to 10**k or more."""
+    a, b = np.asarray(pairs).T
+    out = np.zeros(len(a), dtype=bool)
+    for k in range(1, digits):
+        out |= a % 10 ** k + b % 10 ** k >= 10 ** k
     return out
 
 

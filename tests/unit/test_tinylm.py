@@ -58,6 +58,7 @@ def test_inner_carry_marks_exactly_the_problems_the_demonstrator_can_get_wrong()
     np.testing.assert_array_equal(tasks.inner_carry(all_pairs, 2), wrong)
     assert tasks.inner_carry(all_pairs, 2).mean() == 0.45
 
+
 def test_splits_are_fixed_and_disjoint():
     train_a, test_a = tasks.make_splits(2, 500)
     train_b, test_b = tasks.make_splits(2, 500)
