@@ -1,10 +1,19 @@
 """The learning registry: each algorithm registers the runs that prove it learns.
 
 A LearningSpec names a script, its Args overrides (environment, budget), the seeds, and the
-threshold its metric must reach. `pytest -m learning` runs every spec over all its seeds and writes
-the curves (CSV) and a plot (PNG) under docs/assets/curves/; the default `pytest` runs, for each
-spec with a verified_seed, that one seed. Thresholds come from runs made in this repo (the docs
-page of each algorithm shows them with the command); never lower one to make a run pass.
+threshold its metric must reach. `pytest -m learning` runs every spec over all its seeds, asserts
+that at least `min_passing` of them reach the threshold, reports mean / median / IQM with 95%
+bootstrap CIs (tests/evaluation.py) and writes the curves (CSV) and a plot (PNG, mean with a CI band)
+under docs/assets/curves/. The default `pytest` runs, for each spec with `quick_seeds`, those seeds
+and asserts that at least `quick_min_passing` of them reach `quick_threshold` (the threshold unless
+set: a quick check of 2 of 3 seeds over a bar with margin fails far more rarely than one seed over
+the full run's bar).
+
+Why several seeds, even in the quick check: a seeded run is bit-reproducible only on one CPU, library
+build and thread setup. On another CPU (another SIMD width, another reduction order) the same seed
+is another draw from the run distribution, so a single-seed threshold is a coin toss there. Each
+threshold below sits under the distribution measured over a seed sweep with a margin (the note says
+which sweep); docs/reproducibility.md has the sweeps. Never lower a threshold to make a run pass.
 """
 from dataclasses import dataclass, field
 
@@ -15,9 +24,11 @@ class LearningSpec:
     args: dict = field(default_factory=dict)  # Args overrides: env_id, total_timesteps, ...
     threshold: float = 0.0           # each seed's metric must reach this (see min_passing)
     seeds: tuple = (1, 2, 3)         # seeds of the full learning run (-m learning)
-    verified_seed: int | None = None # this seed also runs in the default suite
+    quick_seeds: tuple = ()          # these seeds also run in the default suite
     metric: str = "final_mean_return"  # key of train()'s summary compared with the threshold
-    min_passing: int | None = None   # how many of the seeds must pass; None = all
+    min_passing: int | None = None   # how many of `seeds` must pass; None = all
+    quick_min_passing: int | None = None  # how many of `quick_seeds` must pass; None = all
+    quick_threshold: float | None = None  # the quick check's bar; None = threshold
     curve: str = "episodic_returns"  # key of the (step, value) curve that is plotted
     note: str = ""                   # where the threshold comes from
     at_most: dict = field(default_factory=dict)  # other summary keys with an upper bound, e.g. {"alpha": 0.1}
@@ -35,18 +46,18 @@ REGISTRY = [
     # The issue's bar: 400 for seed 1 at 400k; 2 of 3 seeds must reach it in the full run. Measured
     # torch 440.4 / 351.9 / 425.1, JAX 417.5 / 423.4 / 463.1 (docs/algorithms/ppo.md).
     LearningSpec("algos/ppo_torch.py", {"env_id": "CartPole-v1", "total_timesteps": 400_000},
-                 threshold=400.0, verified_seed=1, min_passing=2,
+                 threshold=400.0, quick_seeds=(1,), min_passing=2,
                  note="issue 2: reference run reached 413 at 400k; torch seeds 1-3 gave 440.4, 351.9, 425.1"),
     LearningSpec("algos/ppo_jax.py", {"env_id": "CartPole-v1", "total_timesteps": 400_000},
-                 threshold=400.0, verified_seed=1, min_passing=2,
+                 threshold=400.0, quick_seeds=(1,), min_passing=2,
                  note="issue 2: reference run reached 413 at 400k; JAX seeds 1-3 gave 417.5, 423.4, 463.1"),
     # Value iteration, slippery FrozenLake-v1: the greedy policy's mean return over 1000 episodes
     # (docs/algorithms/value_iteration.md). Measured 0.740 / 0.760 / 0.746 for seeds 1-3, both twins.
     LearningSpec("algos/value_iteration_torch.py", {"env_id": "FrozenLake-v1"}, threshold=0.70,
-                 verified_seed=1, metric="greedy_mean_return",
+                 quick_seeds=(1,), metric="greedy_mean_return",
                  note="issue 3: seeds 1-3 gave 0.740, 0.760, 0.746 (optimum under the 100-step limit)"),
     LearningSpec("algos/value_iteration_jax.py", {"env_id": "FrozenLake-v1"}, threshold=0.70,
-                 verified_seed=1, metric="greedy_mean_return",
+                 quick_seeds=(1,), metric="greedy_mean_return",
                  note="issue 3: seeds 1-3 gave 0.740, 0.760, 0.746 (optimum under the 100-step limit)"),
     # LLM track (docs/algorithms/llm.md), 2-digit addition on a 0.4M-parameter tiny LM trained from
     # scratch. SFT: greedy held-out accuracy of the imperfect-demonstrator policy (aimed at 30-70%),
@@ -67,10 +78,10 @@ REGISTRY = [
     # GRPO: held-out greedy accuracy gain over the SFT start, 30 steps of 64 prompts x 8 (default suite:
     # seed 1). Measured gains, seeds 1/2/3: torch +0.444 / +0.446 / +0.442, jax +0.440 / +0.438 / +0.410;
     # the issue's +0.25 on every seed.
-    LearningSpec("llm/grpo_torch.py", {}, threshold=0.25, verified_seed=1, metric="accuracy_gain",
+    LearningSpec("llm/grpo_torch.py", {}, threshold=0.25, quick_seeds=(1,), metric="accuracy_gain",
                  curve="accuracy_gain_curve",
                  x_label="training steps", smooth=1, note="issue 6: torch +0.444/+0.446/+0.442 for seeds 1-3; see docs/algorithms/grpo.md"),
-    LearningSpec("llm/grpo_jax.py", {}, threshold=0.25, verified_seed=1, metric="accuracy_gain",
+    LearningSpec("llm/grpo_jax.py", {}, threshold=0.25, quick_seeds=(1,), metric="accuracy_gain",
                  curve="accuracy_gain_curve",
                  x_label="training steps", smooth=1, note="issue 6: jax +0.440/+0.438/+0.410 for seeds 1-3; see docs/algorithms/grpo.md"),
     # DPO: held-out greedy accuracy gain over the SFT start, beta 1.0; the issue's +0.10 on every seed.
@@ -81,18 +92,18 @@ REGISTRY = [
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md).
     LearningSpec("algos/sac_torch.py", {"env_id": "Pendulum-v1", "total_timesteps": 30_000},
-                 threshold=-250.0, verified_seed=1, at_most={"alpha": 0.1},
+                 threshold=-250.0, quick_seeds=(1,), at_most={"alpha": 0.1},
                  note="issue 5: threshold from the issue; see docs/algorithms/sac.md for the measured runs"),
     LearningSpec("algos/sac_jax.py", {"env_id": "Pendulum-v1", "total_timesteps": 30_000},
-                 threshold=-250.0, verified_seed=1, at_most={"alpha": 0.1},
+                 threshold=-250.0, quick_seeds=(1,), at_most={"alpha": 0.1},
                  note="issue 5: threshold from the issue; see docs/algorithms/sac.md for the measured runs"),
     # REINFORCE (reward-to-go, learned baseline), CartPole-v1, 300k steps: 20-episode mean at the end
     # (docs/algorithms/reinforce.md). Measured torch 483.8 / 497.2 / 476.4, JAX 484.6 / 473.5 / 500.0.
     LearningSpec("algos/reinforce_torch.py", {"env_id": "CartPole-v1", "total_timesteps": 300_000},
-                 threshold=450.0, verified_seed=1,
+                 threshold=450.0, quick_seeds=(1,),
                  note="issue 3: seeds 1-3 gave 483.8, 497.2, 476.4 at 300k (about 35 s each here)"),
     LearningSpec("algos/reinforce_jax.py", {"env_id": "CartPole-v1", "total_timesteps": 300_000},
-                 threshold=450.0, verified_seed=1,
+                 threshold=450.0, quick_seeds=(1,),
                  note="issue 3: seeds 1-3 gave 484.6, 473.5, 500.0 at 300k (about 45-65 s each here)"),
     # Tabular Q-learning, slippery FrozenLake-v1, 200k steps: the exact value of the learned greedy
     # policy from the start state over the value-iteration optimum (docs/algorithms/q_learning.md).
@@ -175,10 +186,10 @@ REGISTRY = [
     # qr_dqn torch 498.7 / 500.0 / 500.0, jax 500.0 / 500.0 / 205.7
     # rainbow torch 500.0 / 500.0 / 500.0, jax 500.0 / 500.0 / 500.0
     LearningSpec("algos/dqn_torch.py", {"env_id": "CartPole-v1", "total_timesteps": 100_000},
-                 threshold=450.0, min_passing=2, verified_seed=1,
+                 threshold=450.0, min_passing=2, quick_seeds=(1,),
                  note="issue 4: seeds 1-3 gave 500.0, 500.0, 500.0 at 100k (52-74 s each, two runs at a time on the 2-core machine)"),
     LearningSpec("algos/dqn_jax.py", {"env_id": "CartPole-v1", "total_timesteps": 100_000},
-                 threshold=450.0, min_passing=2, verified_seed=1,
+                 threshold=450.0, min_passing=2, quick_seeds=(1,),
                  note="issue 4: seeds 1-3 gave 500.0, 487.5, 500.0 at 100k (43-73 s each, two runs at a time on the 2-core machine)"),
     LearningSpec("algos/double_dqn_torch.py", {"env_id": "CartPole-v1", "total_timesteps": 100_000},
                  threshold=450.0, min_passing=2,

@@ -1,0 +1,188 @@
+"""Multi-seed evaluation: run one script over N seeds and report what the seeds say together.
+
+A single seeded run is one draw from a distribution (and on another CPU, another draw), so every
+learning figure in README and docs is reported over seeds with the aggregates of Agarwal et al. 2021,
+"Deep Reinforcement Learning at the Edge of the Statistical Precipice" (arXiv:2108.13264; the
+rliable package): mean, median, the interquartile mean (IQM: the mean of the middle 50% of the runs)
+and 95% percentile-bootstrap confidence intervals, resampling runs with replacement within each task
+(stratified bootstrap; with one task, an ordinary bootstrap over seeds).
+
+    python tests/evaluation.py algos/ppo_torch.py                     # registered budget, seeds 1-5
+    python tests/evaluation.py algos/ppo_jax.py --seeds 1-10 --workers 2 --set clip_vloss=False
+    python tests/evaluation.py algos/dqn_torch.py --curves docs/assets/curves   # also CSV + PNG
+
+The aggregates are a few lines of numpy (no dependency); tests/unit/test_evaluation.py checks them by
+hand, against the exact bootstrap distribution (every resample enumerated) and against rliable's own
+functions where rliable is installed.
+"""
+import argparse
+import ast
+import csv
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+# ----------------------------------------------------------------------------- aggregates
+# Each aggregate takes scores of shape (runs,) or (runs, tasks), or a stack of them (..., runs, tasks)
+# for the bootstrap, and reduces the last two axes.
+def _runs_tasks(scores):
+    x = np.asarray(scores, dtype=float)
+    return x[:, None] if x.ndim == 1 else x
+
+
+def iqm(scores):
+    """Interquartile mean over all runs of all tasks: drop the lowest and highest 25% and average
+    the rest, as scipy.stats.trim_mean(scores, 0.25, axis=None) (rliable's aggregate_iqm). With n
+    scores, floor(n / 4) are cut from each end (n = 5: the middle 3)."""
+    x = _runs_tasks(scores)
+    flat = np.sort(x.reshape(*x.shape[:-2], -1), axis=-1)
+    cut = int(0.25 * flat.shape[-1])
+    return flat[..., cut:flat.shape[-1] - cut].mean(-1)
+
+
+def aggregate_mean(scores):
+    """rliable's aggregate_mean: the mean over tasks of each task's mean over runs."""
+    return _runs_tasks(scores).mean(-2).mean(-1)
+
+
+def median_of_runs(scores):
+    """The median of all runs. rliable's aggregate_median is the median over tasks of each task's
+    mean, which for one task is the mean again; over the seeds of one task this one says more."""
+    x = _runs_tasks(scores)
+    return np.median(x.reshape(*x.shape[:-2], -1), axis=-1)
+
+
+AGGREGATES = {"mean": aggregate_mean, "median": median_of_runs, "iqm": iqm}
+
+
+def stratified_bootstrap_ci(scores, statistic, reps=50_000, confidence=0.95, seed=0):
+    """Percentile-bootstrap interval of statistic(scores), scores of shape (runs,) or (runs, tasks):
+    each replicate redraws the runs with replacement within every task (the strata), as rliable's
+    get_interval_estimates (arch's StratifiedBootstrap, percentile method). Returns (low, high)."""
+    x = _runs_tasks(scores)
+    runs, tasks = x.shape
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, runs, size=(reps, runs, tasks))
+    stats = statistic(np.take_along_axis(np.broadcast_to(x, (reps, runs, tasks)), idx, axis=1))
+    alpha = 100 * (1 - confidence) / 2
+    low, high = np.percentile(stats, [alpha, 100 - alpha])
+    return float(low), float(high)
+
+
+def summarize(scores, reps=50_000, seed=0):
+    """{"mean": (point, low, high), "median": ..., "iqm": ...} of one task's per-seed scores."""
+    return {name: (float(fn(scores)), *stratified_bootstrap_ci(scores, fn, reps=reps, seed=seed))
+            for name, fn in AGGREGATES.items()}
+
+
+def format_ci(point, low, high, digits=1):
+    """'467.2 [441.0, 489.5]': the form README and docs quote."""
+    return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def running_mean_on_grid(curve, grid, window=20):
+    """One seed's (step, value) curve as the running mean of its last `window` values, interpolated
+    at the steps of `grid`."""
+    steps = np.array([s for s, _ in curve], dtype=float)
+    values = np.array([v for _, v in curve], dtype=float)
+    cums = np.cumsum(np.insert(values, 0, 0.0))
+    first = np.maximum(0, np.arange(values.size) - window + 1)
+    running = (cums[1:] - cums[first]) / (np.arange(values.size) + 1 - first)
+    return np.interp(grid, steps, running)
+
+
+def curve_band(curves, grid, window=20, reps=2_000, seed=0):
+    """Mean curve over seeds and its 95% bootstrap band: per grid point, the mean of the seeds'
+    running means and the percentile interval of the means of resampled seeds. Returns
+    (mean, low, high)."""
+    rows = np.array([running_mean_on_grid(c, grid, window) for c in curves])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, rows.shape[0], size=(reps, rows.shape[0]))
+    boot = rows[idx].mean(axis=1)  # (reps, len(grid))
+    return rows.mean(0), np.percentile(boot, 2.5, axis=0), np.percentile(boot, 97.5, axis=0)
+
+
+# ----------------------------------------------------------------------------- running seeds
+def _run_one(job):
+    """One seed in a worker process (tests/conftest.py's settings: one torch thread, CPU JAX)."""
+    script, overrides, seed, log_dir = job
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from helpers import run_train
+    summary = run_train(script, Path(log_dir) / str(seed), seed=seed, **overrides)
+    return seed, summary
+
+
+def run_seeds(script, overrides, seeds, log_dir, workers=1):
+    """{seed: summary} of train() over the seeds, `workers` processes at a time (spawned: each run
+    starts in a fresh interpreter, as from the command line)."""
+    jobs = [(script, overrides, seed, str(log_dir)) for seed in seeds]
+    if workers <= 1:
+        return dict(map(_run_one, jobs))
+    import multiprocessing
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return dict(pool.map(_run_one, jobs))
+
+
+def parse_seeds(text):
+    """'1-5' -> [1, 2, 3, 4, 5]; '1,3,7' -> [1, 3, 7]."""
+    seeds = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        seeds.extend(range(int(lo), int(hi or lo) + 1))
+    return seeds
+
+
+def parse_overrides(items):
+    out = {}
+    for item in items:
+        field, value = item.split("=", 1)
+        try:
+            out[field] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[field] = value  # a plain string, e.g. env_id=Acrobot-v1
+    return out
+
+
+def main():
+    from registry import REGISTRY
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("script", help="repo-relative script, e.g. algos/ppo_torch.py")
+    parser.add_argument("--seeds", default="1-5")
+    parser.add_argument("--workers", type=int, default=1, help="runs at a time (one process each)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override one Args field (repeatable); the registered spec's args come first")
+    parser.add_argument("--metric", default=None, help="summary key (default: the registered spec's)")
+    parser.add_argument("--log-dir", default="runs/evaluation")
+    parser.add_argument("--json", default=None, help="write per-seed metrics and the summary here")
+    opts = parser.parse_args()
+    specs = [s for s in REGISTRY if s.script == opts.script]
+    base = dict(specs[0].args) if specs else {}
+    metric = opts.metric or (specs[0].metric if specs else "final_mean_return")
+    overrides = {**base, **parse_overrides(opts.set)}
+    seeds = parse_seeds(opts.seeds)
+    print(f"{opts.script} {overrides} seeds {seeds}", flush=True)
+    results = run_seeds(opts.script, overrides, seeds, opts.log_dir, opts.workers)
+    scores = np.array([results[s][metric] for s in seeds])
+    for s in seeds:
+        print(f"  seed {s}: {metric} {results[s][metric]:.2f}  ({results[s]['wall_time']:.1f} s)")
+    agg = summarize(scores)
+    print("  " + "  ".join(f"{k} {format_ci(*v)}" for k, v in agg.items()))
+    print(f"  min {scores.min():.1f}  max {scores.max():.1f}  median wall {np.median([results[s]['wall_time'] for s in seeds]):.1f} s")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"script": opts.script, "overrides": overrides, "metric": metric,
+                       "scores": {s: results[s][metric] for s in seeds},
+                       "wall_time": {s: results[s]["wall_time"] for s in seeds},
+                       "summary": agg}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
