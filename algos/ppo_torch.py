@@ -8,8 +8,9 @@ Docs:   docs/algorithms/ppo.md
 
 Verified (tests/): compute_gae, ppo_policy_loss and ppo_value_loss against hand-computed numbers
 (worked problems 3, 7 and 8), parity with the JAX twin within 1e-5 (values and gradients), a smoke
-run, bit-identical curves for two runs with the same seed, and learning: a 20-episode mean return
->= 400 on CartPole-v1 at 400k steps with seed 1 (default test suite; all seeds: pytest -m learning).
+run, bit-identical runs however the script is started (tests/unit/test_determinism.py), and
+learning: a 20-episode mean return >= 475 on CartPole-v1 at 400k steps on every one of seeds 1-5
+(pytest -m learning; measured 500 on seeds 1-10), 2 of seeds 1-3 >= 450 in the default suite.
 Reproduce: python algos/ppo_torch.py --seed 1
 """
 import os
@@ -38,8 +39,8 @@ class Args:
     """parallel environments (gymnasium SyncVectorEnv, same-step autoreset)"""
     num_steps: int = 128
     """steps per environment per rollout"""
-    learning_rate: float = 2.5e-4
-    """Adam learning rate"""
+    learning_rate: float = 1e-3
+    """Adam learning rate (CleanRL's 2.5e-4 barely moves the policy in 390 updates; docs/algorithms/ppo.md)"""
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0 over the run"""
     gamma: float = 0.99
