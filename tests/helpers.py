@@ -9,7 +9,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 # Modules under llm/ (and algos/) that are substrate, not algorithms: no Args/train of their own.
-SUBSTRATE = {"tasks", "tinylm_torch", "tinylm_jax", "offline_data"}
+SUBSTRATE = {"tasks", "tinylm_torch", "tinylm_jax", "offline_data", "mazes"}
 _cache = {}
 
 
