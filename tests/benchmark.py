@@ -9,7 +9,6 @@ it is not installed); the table then also gives each one's final mean return (la
     python tests/benchmark.py ppo --repeats 3 --total-timesteps 100000
     python tests/benchmark.py dqn --set train_frequency=10 --set learning_starts=10000   # other Args
 """
-import ast
 import argparse
 from dataclasses import replace
 import statistics
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from evaluation import parse_overrides  # noqa: E402
 from helpers import load_script, run_train  # noqa: E402
 
 SB3 = "stable-baselines3 PPO"
@@ -112,12 +112,7 @@ def main():
                              "for ppo also in the reference loop and SB3")
     opts = parser.parse_args()
     overrides = {} if opts.total_timesteps is None else {"total_timesteps": opts.total_timesteps}
-    for item in opts.set:
-        field, value = item.split("=", 1)
-        try:
-            overrides[field] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            overrides[field] = value  # a plain string, e.g. env_id=Acrobot-v1
+    overrides.update(parse_overrides(opts.set))
     if overrides:
         print(f"overrides: {overrides}")
     twins = [f"{opts.folder}/{opts.algo}_torch.py", f"{opts.folder}/{opts.algo}_jax.py"]

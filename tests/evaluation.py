@@ -9,7 +9,7 @@ and 95% percentile-bootstrap confidence intervals, resampling runs with replacem
 
     python tests/evaluation.py algos/ppo_torch.py                     # registered budget, seeds 1-5
     python tests/evaluation.py algos/ppo_jax.py --seeds 1-10 --workers 2 --set clip_vloss=False
-    python tests/evaluation.py algos/dqn_torch.py --curves docs/assets/curves   # also CSV + PNG
+    python tests/evaluation.py algos/dqn_torch.py --seeds 1-10 --json sweep.json    # also per-seed JSON
 
 The aggregates are a few lines of numpy (no dependency); tests/unit/test_evaluation.py checks them by
 hand, against the exact bootstrap distribution (every resample enumerated) and against rliable's own
@@ -17,7 +17,6 @@ functions where rliable is installed.
 """
 import argparse
 import ast
-import csv
 import json
 import os
 import sys
@@ -141,6 +140,8 @@ def parse_seeds(text):
 
 
 def parse_overrides(items):
+    """["lr=1e-3", "env_id=Acrobot-v1"] -> {"lr": 0.001, "env_id": "Acrobot-v1"} (the --set flags of
+    this CLI and of tests/benchmark.py)."""
     out = {}
     for item in items:
         field, value = item.split("=", 1)
