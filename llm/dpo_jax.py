@@ -133,6 +133,18 @@ def pair_logps(model, params, prompts, completions, comp_mask):
     return sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
 
 
+def kl_to_reference(model, params, ref_params, pairs, digits, key):
+    """Sequence-level KL(pi || pi_ref) in nats on the given prompts, by Monte Carlo: one completion per
+    prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
+    of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
+    (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
+    prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
+    completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
+    comp_mask = jnp.asarray(tasks.completion_mask(np.asarray(completions)))
+    return float((pair_logps(model, params, prompts, completions, comp_mask)
+                  - pair_logps(model, ref_params, prompts, completions, comp_mask)).mean()), key
+
+
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
@@ -165,6 +177,7 @@ def train(args: Args) -> dict:
 
     # ---- reference log-probs, once, without gradient (the reference never changes)
     logps = jax.jit(lambda params, p, c, m: pair_logps(model, params, p, c, m))
+    ref_params = params  # the SFT parameters; the updates below make new pytrees and leave these alone
     ref_chosen = logps(params, data["prompts"], data["chosen"], data["chosen_mask"])
     ref_rejected = logps(params, data["prompts"], data["rejected"], data["rejected_mask"])
 
@@ -230,6 +243,7 @@ def train(args: Args) -> dict:
     # (both log-probs fall, the rejected ones faster). Measured on the whole pair set, before/after.
     final_chosen = logps(params, data["prompts"], data["chosen"], data["chosen_mask"])
     final_rejected = logps(params, data["prompts"], data["rejected"], data["rejected_mask"])
+    kl_to_ref, key = kl_to_reference(model, params, ref_params, test_pairs, args.digits, key)
     chosen_change = float((final_chosen - ref_chosen).mean())
     margin_change = args.beta * float(((final_chosen - ref_chosen) - (final_rejected - ref_rejected)).mean())
     if chosen_change < 0 < margin_change:
@@ -252,6 +266,7 @@ def train(args: Args) -> dict:
         "pair_label_accuracy": float(data["gold_correct"].mean()),
         "chosen_logps_change": chosen_change,
         "margin_change": margin_change,
+        "kl_to_ref": kl_to_ref,
         "sps": pairs_seen / wall_time,
         "wall_time": wall_time,
         "global_step": step,

@@ -133,6 +133,18 @@ def pair_logps(model, prompts, completions, comp_mask):
     return sequence_logps(model(full[:, :-1]), full[:, 1:], mask)
 
 
+def kl_to_reference(policy, reference, pairs, digits):
+    """Sequence-level KL(pi || pi_ref) in nats on the given prompts, by Monte Carlo: one completion per
+    prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
+    of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
+    (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
+    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits))
+    completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
+    comp_mask = torch.as_tensor(tasks.completion_mask(completions.numpy()))
+    return float((pair_logps(policy, prompts, completions, comp_mask)
+                  - pair_logps(reference, prompts, completions, comp_mask)).mean())
+
+
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
@@ -169,7 +181,6 @@ def train(args: Args) -> dict:
     with torch.no_grad():
         ref_chosen = pair_logps(reference, data["prompts"], data["chosen"], data["chosen_mask"])
         ref_rejected = pair_logps(reference, data["prompts"], data["rejected"], data["rejected_mask"])
-    del reference
 
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate)
     with torch.no_grad():
@@ -226,6 +237,7 @@ def train(args: Args) -> dict:
     with torch.no_grad():
         final_chosen = pair_logps(policy, data["prompts"], data["chosen"], data["chosen_mask"])
         final_rejected = pair_logps(policy, data["prompts"], data["rejected"], data["rejected_mask"])
+        kl_to_ref = kl_to_reference(policy, reference, test_pairs, args.digits)
     chosen_change = (final_chosen - ref_chosen).mean().item()
     margin_change = args.beta * ((final_chosen - ref_chosen) - (final_rejected - ref_rejected)).mean().item()
     if chosen_change < 0 < margin_change:
@@ -248,6 +260,7 @@ def train(args: Args) -> dict:
         "pair_label_accuracy": float(data["gold_correct"].float().mean()),
         "chosen_logps_change": chosen_change,
         "margin_change": margin_change,
+        "kl_to_ref": kl_to_ref,
         "sps": pairs_seen / wall_time,
         "wall_time": wall_time,
         "global_step": step,

@@ -37,7 +37,7 @@ from tensorboardX import SummaryWriter
 
 import sft_jax
 import tasks
-from tinylm_jax import load_checkpoint, sample, token_logps
+from tinylm_jax import load_checkpoint, sample, sequence_logps, token_logps
 
 
 @dataclass
@@ -159,6 +159,21 @@ def accuracy(model, params, pairs, digits, key, temperature=0.0):
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
+def kl_to_reference(model, params, ref_params, pairs, digits, key):
+    """Sequence-level KL(pi || pi_ref) in nats on the given prompts, by Monte Carlo: one completion per
+    prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
+    of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
+    (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
+    prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
+    completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
+    full = jnp.concatenate([prompts, completions], axis=1)
+    mask = jnp.concatenate([jnp.zeros((len(full), prompts.shape[1] - 1)),
+                            jnp.asarray(tasks.completion_mask(np.asarray(completions)))], axis=1)
+    logp = sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
+    ref_logp = sequence_logps(model.apply(ref_params, full[:, :-1]), full[:, 1:], mask)
+    return float((logp - ref_logp).mean()), key
+
+
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
@@ -260,6 +275,7 @@ def train(args: Args) -> dict:
         print(file=sys.stderr)
 
     wall_time = time.time() - start_time
+    kl_to_ref, key = kl_to_reference(model, params, ref_params, test_pairs, args.digits, key)
     writer.close()
     final_acc = accuracy_curve[-1][1]
     return {
@@ -268,6 +284,7 @@ def train(args: Args) -> dict:
         "initial_test_accuracy": initial_acc,
         "test_accuracy": final_acc,
         "accuracy_gain": final_acc - initial_acc,
+        "kl_to_ref": kl_to_ref,
         "sps": tokens_sampled / wall_time,
         "wall_time": wall_time,
         "global_step": args.total_steps,

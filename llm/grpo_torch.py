@@ -36,7 +36,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 import sft_torch
 import tasks
-from tinylm_torch import load_checkpoint, sample, token_logps
+from tinylm_torch import load_checkpoint, sample, sequence_logps, token_logps
 
 
 @dataclass
@@ -158,6 +158,21 @@ def accuracy(model, pairs, digits, temperature=0.0):
     return float(tasks.verify(pairs, completions.numpy(), digits).mean())
 
 
+def kl_to_reference(policy, reference, pairs, digits):
+    """Sequence-level KL(pi || pi_ref) in nats on the given prompts, by Monte Carlo: one completion per
+    prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
+    of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
+    (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
+    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits))
+    completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
+    full = torch.cat([prompts, completions], dim=1)
+    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1),
+                      torch.as_tensor(tasks.completion_mask(completions.numpy()))], dim=1)
+    logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
+    ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
+    return float((logp - ref_logp).mean())
+
+
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
@@ -246,6 +261,8 @@ def train(args: Args) -> dict:
         print(file=sys.stderr)
 
     wall_time = time.time() - start_time
+    with torch.no_grad():
+        kl_to_ref = kl_to_reference(policy, reference, test_pairs, args.digits)
     writer.close()
     final_acc = accuracy_curve[-1][1]
     return {
@@ -254,6 +271,7 @@ def train(args: Args) -> dict:
         "initial_test_accuracy": initial_acc,
         "test_accuracy": final_acc,
         "accuracy_gain": final_acc - initial_acc,
+        "kl_to_ref": kl_to_ref,
         "sps": tokens_sampled / wall_time,
         "wall_time": wall_time,
         "global_step": args.total_steps,

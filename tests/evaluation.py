@@ -182,6 +182,10 @@ def main():
             json.dump({"script": opts.script, "overrides": overrides, "metric": metric,
                        "scores": {s: results[s][metric] for s in seeds},
                        "wall_time": {s: results[s]["wall_time"] for s in seeds},
+                       # every scalar of each seed's summary (e.g. kl_to_ref), for tables across scripts
+                       "scalars": {s: {k: v for k, v in results[s].items()
+                                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                                   for s in seeds},
                        "summary": agg}, f, indent=1)
 
 
