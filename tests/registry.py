@@ -102,6 +102,12 @@ REGISTRY = [
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.444, +0.442, +0.426 (48-71 s of KTO each after SFT and sampling, shared 2-core machine); see docs/algorithms/kto.md"),
     LearningSpec("llm/kto_jax.py", {}, threshold=0.25, metric="accuracy_gain", curve="accuracy_gain_curve",
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.440, +0.442, +0.396 (70-130 s of KTO each after SFT and sampling, shared 2-core machine); see docs/algorithms/kto.md"),
+    # Dr. GRPO: GRPO's budget (30 steps of 64 prompts x 8), advantages r - group mean, per-completion sums
+    # over the constant max length, no KL penalty (the paper's).
+    LearningSpec("llm/dr_grpo_torch.py", {}, threshold=0.25, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 16: torch +0.444/+0.440/+0.444 for seeds 1-3 (kl_to_ref 0.47-0.58); see docs/algorithms/dr_grpo.md"),
+    LearningSpec("llm/dr_grpo_jax.py", {}, threshold=0.25, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 16: jax +0.444/+0.444/+0.418 for seeds 1-3 (kl_to_ref 0.50-0.56); see docs/algorithms/dr_grpo.md"),
     # --- issue 16 (add above this line) ---
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md). The default suite runs seed 1 alone: a run costs 3-5 CPU minutes,

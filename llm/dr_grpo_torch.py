@@ -1,0 +1,327 @@
+"""Dr. GRPO: GRPO done right, without the std and length normalisations -- the PyTorch twin.
+
+For each training prompt the policy samples a group of G completions; the verifier scores them
+(1 correct, 0 otherwise); each completion's advantage is its reward minus the group's mean reward,
+with no division by the group's std (GRPO's question-level difficulty bias). The update is GRPO's
+clipped per-token ratio against the sampling policy, but the masked per-token losses of a completion
+are summed and divided by a constant, the generation budget of max_len tokens, instead of by the
+completion's own length (GRPO's length bias): every token weighs the same whatever the length of its
+completion. As in the paper, no KL penalty by default (kl_coef 0; the k3 term stays as a flag).
+Starts from the SFT checkpoint (llm/sft_torch.py), trained first when it is missing.
+Papers: Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective",
+        arXiv:2503.20783 (Dr. GRPO); Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300 (GRPO);
+        Schulman et al. 2017, arXiv:1707.06347 (the clipped surrogate).
+Twin:   llm/dr_grpo_jax.py (`diff llm/dr_grpo_torch.py llm/dr_grpo_jax.py` shows only the framework).
+Docs:   docs/algorithms/dr_grpo.md
+
+Verified (tests/): group_advantages against hand-computed numbers and against GRPO's standardised
+ones on the same group (rewards [1, 0, 0, 0] -> [0.75, -0.25, -0.25, -0.25] against GRPO's
+[1.732, -0.577, -0.577, -0.577]), the aggregation (a 4-token and a 1-token completion: GRPO's
+per-completion mean gives each token of the short one 4 times the weight, the constant normaliser
+the same weight to all; padding with mask 0 changes nothing), the clip and the KL term, GRPO's loss
+recovered by --loss-type grpo, in tests/unit/test_dr_grpo.py; parity of group_advantages, k3_kl,
+aggregate and dr_grpo_loss (value and gradient) with the JAX twin within 1e-4, on random inputs
+and on one checkpoint and batch (tests/parity/test_dr_grpo.py); a smoke run with identical figures for two runs
+with the same seed; bad input (group size below 2, an unknown loss type, a checkpoint of the wrong
+vocabulary or context) refused before any run directory is written, and learning: greedy held-out
+accuracy at least 25 points above the SFT start after 30 steps on every seed (tests/registry.py).
+Measured gains (greedy held-out accuracy over the SFT start, 30 steps, GRPO's budget), seeds 1-3:
+torch +0.444/+0.440/+0.444, jax +0.444/+0.444/+0.418.
+Reproduce: python llm/dr_grpo_torch.py --seed 1
+"""
+import copy
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+import sft_torch
+import tasks
+from tinylm_torch import load_checkpoint, sample, sequence_logps, token_logps
+
+
+@dataclass
+class Args:
+    seed: int = 1
+    """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
+    digits: int = 2
+    """digits of each operand"""
+    num_test: int = 500
+    """held-out test prompts (a fixed split, disjoint from the training prompts)"""
+    sft_path: str = ""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    sft_steps: int = 1500
+    """steps of the SFT run made when the checkpoint is missing"""
+    total_steps: int = 30
+    """Dr. GRPO steps (sample, score, update)"""
+    prompts_per_step: int = 64
+    """training prompts per step"""
+    group_size: int = 8
+    """completions sampled per prompt (G >= 2)"""
+    temperature: float = 1.0
+    """sampling temperature; the old and reference log-probs use the same one"""
+    learning_rate: float = 3e-4
+    """Adam learning rate"""
+    warmup_steps: int = 10
+    """linear learning-rate warm-up: Adam's first steps move every weight by about the full learning rate"""
+    update_epochs: int = 2
+    """gradient steps on each batch of groups (the first is on-policy, ratio 1)"""
+    clip_coef: float = 0.2
+    """clipping coefficient epsilon of the per-token ratio"""
+    kl_coef: float = 0.0
+    """weight beta of the k3 KL penalty to the reference (SFT) policy; 0 as in the Dr. GRPO paper"""
+    scale_rewards: bool = False
+    """divide advantages by the group's std as GRPO does (the difficulty bias); off in Dr. GRPO"""
+    loss_type: Literal["dr_grpo", "grpo"] = "dr_grpo"
+    """dr_grpo: sum each completion's token losses over a constant max_len; grpo: average them over the completion's length (the length bias)"""
+    max_grad_norm: float = 1.0
+    """global gradient-norm clip"""
+    eval_every: int = 5
+    """steps between two greedy evaluations on the test prompts"""
+    log_dir: str = "runs"
+    """parent folder of the TensorBoard run directory"""
+    progress: bool = True
+    """show a live progress line on the terminal"""
+
+
+# Smallest run that exercises every code path; tests/smoke uses it.
+SMOKE_ARGS = dict(sft_steps=4, num_test=16, total_steps=2, prompts_per_step=4, group_size=4, eval_every=1)
+
+
+# ----------------------------------------------------------------------------- pure math
+def group_advantages(rewards):
+    """(num_prompts, G) rewards -> (num_prompts, G) advantages: r minus the group mean, with no
+    division by the group's std (Dr. GRPO). The mean is the baseline a critic would give; a group
+    whose completions all score the same gets zero advantage (no signal, no gradient)."""
+    return rewards - rewards.mean(dim=1, keepdim=True)
+
+
+def k3_kl(logp, ref_logp):
+    """Per-token k3 estimate of KL(pi || pi_ref) from a sample of pi: exp(d) - d - 1 with
+    d = log pi_ref - log pi. Unbiased (E_pi[exp(d)] = 1) and never negative (e^d >= 1 + d)."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0
+
+
+def aggregate(per_token, mask, max_len, loss_type="dr_grpo"):
+    """(B, T) per-token losses and completion mask -> scalar. dr_grpo: each completion's masked sum
+    divided by the constant max_len (the paper's masked_sum / MAX_TOKENS), then the mean over
+    completions: every token weighs 1 / (B max_len). grpo: each completion's masked mean (over its
+    own length |o_i|), then the mean over completions: a token weighs 1 / (B |o_i|), more in a short
+    completion. Positions with mask 0 (prompt, padding after <eos>) count in neither."""
+    sums = (per_token * mask).sum(-1)
+    if loss_type == "grpo":
+        return (sums / mask.sum(-1).clamp(min=1.0)).mean()
+    return (sums / max_len).mean()
+
+
+def dr_grpo_loss(logp, old_logp, ref_logp, advantages, mask, clip_coef, kl_coef, max_len, loss_type="dr_grpo"):
+    """Dr. GRPO objective as a loss, on (B, T) per-token log-probs and a (B, T) completion mask;
+    advantages (B,) are per completion and shared by its tokens.
+        per token: -[min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * k3(pi, pi_ref)], r = pi / pi_old
+    summed over each completion's tokens and divided by max_len, then averaged over completions
+    (aggregate). Returns (loss, mean KL per token, fraction of tokens whose ratio was clipped)."""
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages[:, None]
+    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * adv)
+    kl = k3_kl(logp, ref_logp)
+    per_token = -(surrogate - kl_coef * kl)
+    loss = aggregate(per_token, mask, max_len, loss_type)
+    clipped = ((ratio - 1.0).abs() > clip_coef).float()
+    return loss, (kl * mask).sum() / mask.sum(), (clipped * mask).sum() / mask.sum()
+
+
+# ----------------------------------------------------------------------------- set-up and evaluation
+def default_sft_path(args):
+    return os.path.join(args.log_dir, f"sft_torch_{args.digits}d_{args.sft_steps}steps_seed{args.seed}.npz")
+
+
+def check_args(args):
+    """Bad input stops here, before any run directory is written or any training step is taken."""
+    if args.group_size < 2:
+        raise ValueError(f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline")
+    if args.temperature <= 0:
+        raise ValueError(f"temperature = {args.temperature} must be positive (Dr. GRPO samples)")
+    if args.loss_type not in ("dr_grpo", "grpo"):
+        raise ValueError(f"loss_type = {args.loss_type!r}: choose 'dr_grpo' (constant normaliser) or 'grpo' (per-completion mean)")
+    need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+    path = args.sft_path or default_sft_path(args)
+    if os.path.exists(path):
+        load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need)
+    else:
+        sft_torch.check_args(sft_torch.Args(digits=args.digits))
+
+
+def load_or_train_sft(args):
+    path = args.sft_path or default_sft_path(args)
+    if not os.path.exists(path):
+        print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
+              file=sys.stderr)
+        sft_torch.train(sft_torch.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
+                                       progress=args.progress))
+    need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+    return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
+
+
+def accuracy(model, pairs, digits, temperature=0.0):
+    """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
+    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits)),
+                         tasks.completion_len(digits), temperature)
+    return float(tasks.verify(pairs, completions.numpy(), digits).mean())
+
+
+def kl_to_reference(policy, reference, pairs, digits):
+    """Sequence-level KL(pi || pi_ref) in nats on the given prompts, by Monte Carlo: one completion per
+    prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
+    of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
+    (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
+    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits))
+    completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
+    full = torch.cat([prompts, completions], dim=1)
+    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1),
+                      torch.as_tensor(tasks.completion_mask(completions.numpy()))], dim=1)
+    logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
+    ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
+    return float((logp - ref_logp).mean())
+
+
+# ----------------------------------------------------------------------------- training
+def train(args: Args) -> dict:
+    check_args(args)
+    torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
+    policy, sft_path = load_or_train_sft(args)
+    script = os.path.basename(__file__).removesuffix(".py")
+    run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
+    writer = SummaryWriter(run_dir)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
+                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    # Seeding: python, numpy (prompt draws) and torch (sampling).
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+
+    reference = copy.deepcopy(policy).requires_grad_(False)  # the frozen SFT policy (KL term and kl_to_ref)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate)
+    train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
+    P, C, G = tasks.prompt_len(args.digits), tasks.completion_len(args.digits), args.group_size
+    # The constant normaliser: the generation budget, every completion's largest possible length
+    # (TRL's max_completion_length), the same for every completion and every step.
+    max_len = float(C)
+
+    with torch.no_grad():
+        initial_acc = accuracy(policy, test_pairs, args.digits)
+    accuracy_curve, gain_curve, wrong_length_curve = [(0, initial_acc)], [(0, 0.0)], []
+    writer.add_scalar("charts/test_accuracy", initial_acc, 0)
+    tokens_sampled, last_print = 0, 0.0
+    wrong_sums, wrong_counts = np.zeros(args.total_steps), np.zeros(args.total_steps)
+    start_time = time.time()
+    for step in range(1, args.total_steps + 1):
+        optimizer.param_groups[0]["lr"] = args.learning_rate * min(1.0, step / args.warmup_steps)
+        # ---- sample a group of G completions for each prompt and score them
+        pairs = np.repeat(train_pairs[rng.integers(0, len(train_pairs), args.prompts_per_step)], G, axis=0)
+        prompts = torch.as_tensor(tasks.encode_prompts(pairs, args.digits))
+        completions = sample(policy, prompts, C, args.temperature)
+        rewards = torch.as_tensor(tasks.verify(pairs, completions.numpy(), args.digits))
+        group_rewards = rewards.reshape(-1, G)
+        advantages = group_advantages(group_rewards)
+        if args.scale_rewards:  # GRPO's std normalisation, for the comparison only
+            advantages = advantages / (group_rewards.std(dim=1, unbiased=False, keepdim=True) + 1e-4)
+        advantages = advantages.reshape(-1)
+        comp_mask = torch.as_tensor(tasks.completion_mask(completions.numpy()))
+        tokens_sampled += int(comp_mask.sum())
+
+        # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
+        full = torch.cat([prompts, completions], dim=1)
+        inputs, labels = full[:, :-1], full[:, 1:]
+        mask = torch.cat([torch.zeros(len(full), P - 1), comp_mask], dim=1)
+        with torch.no_grad():
+            old_logp = token_logps(policy(inputs), labels, args.temperature)
+            ref_logp = token_logps(reference(inputs), labels, args.temperature)
+
+        # ---- update
+        for epoch in range(args.update_epochs):
+            logits = policy(inputs)
+            logp = token_logps(logits, labels, args.temperature)
+            loss, kl, clip_ratio = dr_grpo_loss(logp, old_logp, ref_logp, advantages, mask,
+                                                args.clip_coef, args.kl_coef, max_len, args.loss_type)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
+            optimizer.step()
+        with torch.no_grad():
+            logp_all = torch.log_softmax(logits / args.temperature, dim=-1)
+            entropy = (-(logp_all.exp() * logp_all).sum(-1) * mask).sum() / mask.sum()
+
+        # ---- lengths: tokens up to and including <eos> (the whole budget C when there is none)
+        lengths = comp_mask.sum(-1).numpy()
+        wrong = rewards.numpy() == 0
+        zero_std = float((group_rewards.std(dim=1, unbiased=False) == 0).float().mean())
+        sps = int(tokens_sampled / (time.time() - start_time))
+        writer.add_scalar("reward", rewards.mean().item(), step)
+        writer.add_scalar("reward_std", group_rewards.std(dim=1, unbiased=False).mean().item(), step)
+        writer.add_scalar("frac_reward_zero_std", zero_std, step)
+        writer.add_scalar("completions/mean_length", float(lengths.mean()), step)
+        writer.add_scalar("completions/clipped_ratio", float((completions.numpy() != tasks.EOS).all(-1).mean()), step)  # no <eos>
+        if wrong.any():
+            wrong_sums[step - 1], wrong_counts[step - 1] = lengths[wrong].sum(), wrong.sum()
+            wrong_length_curve.append((step, float(lengths[wrong].mean())))
+            writer.add_scalar("completions/mean_length_wrong", wrong_length_curve[-1][1], step)
+        if (~wrong).any():
+            writer.add_scalar("completions/mean_length_correct", float(lengths[~wrong].mean()), step)
+        writer.add_scalar("losses/dr_grpo_loss", loss.item(), step)
+        writer.add_scalar("kl", kl.item(), step)
+        writer.add_scalar("entropy", entropy.item(), step)
+        writer.add_scalar("clip_ratio", clip_ratio.item(), step)
+        writer.add_scalar("charts/SPS", sps, step)
+        if step % args.eval_every == 0 or step == args.total_steps:
+            with torch.no_grad():
+                test_acc = accuracy(policy, test_pairs, args.digits)
+            accuracy_curve.append((step, test_acc))
+            gain_curve.append((step, test_acc - initial_acc))
+            writer.add_scalar("charts/test_accuracy", test_acc, step)
+        if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
+            last_print = time.time()
+            print(f"\rstep {step:>4d}/{args.total_steps}  reward {rewards.mean().item():.3f}  "
+                  f"test acc {accuracy_curve[-1][1]:.3f}  kl {kl.item():.4f}  tokens/s {sps:6,d}",
+                  end="", file=sys.stderr, flush=True)
+    if args.progress:
+        print(file=sys.stderr)
+
+    wall_time = time.time() - start_time
+    with torch.no_grad():
+        kl_to_ref = kl_to_reference(policy, reference, test_pairs, args.digits)
+    writer.close()
+    final_acc = accuracy_curve[-1][1]
+    return {
+        "accuracy_curve": accuracy_curve,
+        "accuracy_gain_curve": gain_curve,
+        "initial_test_accuracy": initial_acc,
+        "test_accuracy": final_acc,
+        "accuracy_gain": final_acc - initial_acc,
+        "kl_to_ref": kl_to_ref,
+        "sps": tokens_sampled / wall_time,
+        "wall_time": wall_time,
+        "global_step": args.total_steps,
+        "run_dir": run_dir,
+        "losses": {"dr_grpo_loss": loss.item(), "kl": kl.item(), "entropy": entropy.item(),
+                   "clip_ratio": clip_ratio.item(), "frac_reward_zero_std": zero_std},
+        # the length bias: mean length of the wrong completions sampled, per step and over the run
+        "wrong_length_curve": wrong_length_curve,
+        "mean_length_wrong": float(wrong_sums.sum() / max(wrong_counts.sum(), 1)),
+        "mean_length_wrong_first10": float(wrong_sums[:10].sum() / max(wrong_counts[:10].sum(), 1)),
+        "mean_length_wrong_last10": float(wrong_sums[-10:].sum() / max(wrong_counts[-10:].sum(), 1)),
+    }
+
+
+if __name__ == "__main__":
+    train(tyro.cli(Args))
