@@ -114,6 +114,14 @@ REGISTRY = [
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.368, +0.398, +0.406 (13 s of IPO each after SFT and sampling, kl_to_ref 0.13-0.17); see docs/algorithms/ipo.md"),
     LearningSpec("llm/ipo_jax.py", {}, threshold=0.15, metric="accuracy_gain", curve="accuracy_gain_curve",
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.342, +0.426, +0.298 (61-83 s each under load 12-16 on 2 cores, kl_to_ref 0.14-0.42); see docs/algorithms/ipo.md"),
+    # RLOO: GRPO's budget (30 steps of 64 prompts x 8), leave-one-out baseline, one on-policy gradient step per
+    # batch, sequence KL penalty in the reward (kl_coef 0.05).
+    LearningSpec("llm/rloo_torch.py", {}, threshold=0.25, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1,
+                 note="issue 16: torch +0.442/+0.440/+0.444 for seeds 1-3 (kl_to_ref 0.43-0.45); see docs/algorithms/rloo.md"),
+    LearningSpec("llm/rloo_jax.py", {}, threshold=0.25, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1,
+                 note="issue 16: jax +0.442/+0.416/+0.416 for seeds 1-3 (kl_to_ref 0.43-0.53); see docs/algorithms/rloo.md"),
     # --- issue 16 (add above this line) ---
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md). The default suite runs seed 1 alone: a run costs 3-5 CPU minutes,
