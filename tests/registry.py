@@ -122,6 +122,14 @@ REGISTRY = [
     LearningSpec("llm/rloo_jax.py", {}, threshold=0.25, metric="accuracy_gain", curve="accuracy_gain_curve",
                  x_label="training steps", smooth=1,
                  note="issue 16: jax +0.442/+0.416/+0.416 for seeds 1-3 (kl_to_ref 0.43-0.53); see docs/algorithms/rloo.md"),
+    # Rejection sampling fine-tuning (STaR / ReST-EM): 3 iterations of 640 prompts x 8 samples (15,360 completions,
+    # GRPO's default budget), every correct sample kept, fine-tuned from the SFT checkpoint each iteration.
+    LearningSpec("llm/rejection_sampling_torch.py", {}, threshold=0.30, metric="accuracy_gain",
+                 curve="accuracy_gain_curve", x_label="iterations", smooth=1,
+                 note="issue 16: torch +0.446/+0.440/+0.444 for seeds 1-3 (113-146 s after the SFT, loaded 2-core machine); see docs/algorithms/rejection_sampling.md"),
+    LearningSpec("llm/rejection_sampling_jax.py", {}, threshold=0.30, metric="accuracy_gain",
+                 curve="accuracy_gain_curve", x_label="iterations", smooth=1,
+                 note="issue 16: jax +0.444/+0.444/+0.438 for seeds 1-3 (107-152 s after the SFT, loaded 2-core machine); see docs/algorithms/rejection_sampling.md"),
     # --- issue 16 (add above this line) ---
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md). The default suite runs seed 1 alone: a run costs 3-5 CPU minutes,
