@@ -130,6 +130,12 @@ REGISTRY = [
     LearningSpec("llm/rejection_sampling_jax.py", {}, threshold=0.30, metric="accuracy_gain",
                  curve="accuracy_gain_curve", x_label="iterations", smooth=1,
                  note="issue 16: jax +0.444/+0.444/+0.438 for seeds 1-3 (107-152 s after the SFT, loaded 2-core machine); see docs/algorithms/rejection_sampling.md"),
+    # PRM (Math-Shepherd Monte Carlo step labels) for best-of-8 over SFT samples; accuracy_gain = PRM best-of-8
+    # gold accuracy minus SFT greedy accuracy; the ORM comparison at equal n is in docs/algorithms/prm.md.
+    LearningSpec("llm/prm_torch.py", {}, threshold=0.05, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.203, +0.221, +0.211 (PRM best-of-8 0.757/0.779/0.767 vs ORM 0.715/0.729/0.724; 750-926 s each on the loaded 2-core machine); see docs/algorithms/prm.md"),
+    LearningSpec("llm/prm_jax.py", {}, threshold=0.05, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.170, +0.172, +0.117 (PRM best-of-8 0.726/0.726/0.679 vs ORM 0.760/0.729/0.691; 511-711 s each on the loaded 2-core machine); see docs/algorithms/prm.md"),
     # --- issue 16 (add above this line) ---
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md). The default suite runs seed 1 alone: a run costs 3-5 CPU minutes,

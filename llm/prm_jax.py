@@ -1,0 +1,422 @@
+"""A process reward model (PRM) with Monte Carlo step labels, against an outcome reward model (ORM),
+used for best-of-n selection -- the JAX twin.
+
+The SFT policy (llm/sft_jax.py, trained first when its checkpoint is missing) samples solutions to
+training prompts. A "step" is one answer character of a completion (each digit before <eos>). Each
+step is labelled the Math-Shepherd way: from the prefix that ends at that step, the policy rolls out
+num_rollouts completions; the step's label is 1 if any of them reaches the gold answer (hard
+estimate) or the fraction that do (soft estimate, --soft-labels). The PRM is the SFT transformer
+with a per-position scalar head, trained with binary cross-entropy at the step positions only; the
+ORM is the same network trained on the same solutions with the same budget, labelled by final
+correctness alone, at the last token. Both then pick the best of n SFT samples on held-out prompts
+(PRM score: the min or the product of the step probabilities), against majority vote and the
+oracle (pass@n). The policy itself is never trained.
+Papers: Lightman et al. 2023, "Let's Verify Step by Step", arXiv:2305.20050 (PRM vs ORM for
+        best-of-n); Wang et al. 2024, "Math-Shepherd", arXiv:2312.08935 (Monte Carlo step labels,
+        hard and soft estimates); Uesato et al. 2022, arXiv:2211.14275 (process vs outcome
+        supervision); Beirami et al. 2024, arXiv:2401.01879 (the best-of-n KL bound).
+Twin:   llm/prm_torch.py (`diff llm/prm_torch.py llm/prm_jax.py` shows only the framework).
+Docs:   docs/algorithms/prm.md
+
+Summary keys: accuracy_gain is the best-of-n (n = best_of_n, default 8) gold accuracy with the PRM
+minus the SFT policy's greedy accuracy (initial_test_accuracy), both on the held-out prompts.
+kl_to_ref is the analytic bound on KL(best-of-n || SFT), log n - (n - 1) / n (best_of_n_kl), not
+the Monte Carlo kl_to_reference of the other llm/ scripts: the best-of-n policy has no log-probs
+of its own to evaluate.
+
+Verified (tests/): mc_step_labels on a stub policy with known rollouts (hard and soft),
+masked_bce_loss's masking of non-step positions, aggregate_step_scores (min and product),
+best_of_n_select and best_of_n_kl (0 at n = 1, ln 4 - 3/4 at n = 4) against hand-computed numbers
+(tests/unit/test_prm.py); parity of every module-level function with the PyTorch twin within 1e-4
+(tests/parity/test_prm.py); a smoke run with identical figures for two runs with the same seed; bad
+input; and learning: PRM best-of-8 gold accuracy at least 5 points above the SFT greedy accuracy on seeds 1-3
+(pytest -m learning; runs in docs/algorithms/prm.md).
+Measured gains, seeds 1-3: torch +0.203/+0.221/+0.211, jax +0.170/+0.172/+0.117 (SFT greedy 0.55-0.56,
+PRM best-of-8 0.68-0.78); PRM minus ORM at n = 8: torch +0.042/+0.050/+0.043, jax -0.034/-0.003/-0.012.
+Reproduce: python llm/prm_jax.py --seed 1
+"""
+import math
+import os
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from tensorboardX import SummaryWriter
+
+import sft_jax
+import tasks
+from tinylm_jax import TinyLM, load_checkpoint, sample
+
+
+@dataclass
+class Args:
+    seed: int = 1
+    """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
+    digits: int = 2
+    """digits of each operand"""
+    num_test: int = 500
+    """held-out test prompts (a fixed split, disjoint from the training prompts); best-of-n is measured on them"""
+    sft_path: str = ""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    sft_steps: int = 1500
+    """steps of the SFT run made when the checkpoint is missing"""
+    num_prompts: int = 2000
+    """training prompts whose SFT samples are labelled and trained on"""
+    samples_per_prompt: int = 2
+    """solutions sampled per training prompt (temperature 1)"""
+    num_rollouts: int = 4
+    """Monte Carlo completions rolled out from each step's prefix (N of Math-Shepherd)"""
+    soft_labels: bool = False
+    """label a step by the fraction of its rollouts that reach the gold answer (soft estimate); default: 1 if any does (hard estimate)"""
+    aggregation: str = "min"
+    """how the PRM's step probabilities make one score per solution: min or product"""
+    best_of_n: int = 8
+    """n of the best-of-n result in accuracy_gain and of the analytic KL bound kl_to_ref"""
+    max_n: int = 16
+    """samples per held-out prompt for the best-of-n table (n = 1, 2, 4, ... up to max_n)"""
+    epochs: int = 4
+    """passes over the labelled solutions (PRM and ORM alike)"""
+    batch_size: int = 64
+    """solutions per gradient step"""
+    learning_rate: float = 1e-3
+    """Adam learning rate (PRM and ORM alike)"""
+    max_grad_norm: float = 1.0
+    """global gradient-norm clip"""
+    eval_every: int = 50
+    """steps between two best-of-n evaluations on the held-out prompts"""
+    log_dir: str = "runs"
+    """parent folder of the TensorBoard run directory"""
+    progress: bool = True
+    """show a live progress line on the terminal"""
+
+
+# Smallest run that exercises every code path; tests/smoke uses it.
+SMOKE_ARGS = dict(sft_steps=4, num_test=16, num_prompts=16, num_rollouts=2, best_of_n=2, max_n=4,
+                  epochs=1, batch_size=8, eval_every=2)
+AGGREGATIONS = ("min", "product")
+
+
+# ----------------------------------------------------------------------------- pure math
+def step_mask(completions):
+    """(M, C) completion tokens -> (M, C) float mask of the steps: the answer characters before the
+    first <eos> (the <eos> itself and the padding after it are not steps; a completion that never
+    stops has C steps). Framework-neutral (numpy)."""
+    completions = np.asarray(completions)
+    return tasks.completion_mask(completions) * (completions != tasks.EOS)
+
+
+def mc_step_labels(pairs, completions, rollout, num_rollouts, digits, key, soft=False):
+    """Math-Shepherd's Monte Carlo step labels. For every step j of every completion, the prefix
+    prompt + completion[:j + 1] is completed num_rollouts times by rollout(prefixes, max_new_tokens,
+    key) -> ((B, max_new_tokens) tokens, key) (the policy at temperature 1); each rollout is gold-verified.
+    Label: 1.0 if any rollout is right (hard estimate), or the fraction that are (soft). After the
+    last position there is nothing left to roll out: the completion itself is verified.
+    Returns (labels, steps, key), labels and steps (M, C) float numpy, labels 0 off the steps."""
+    completions = np.asarray(completions)
+    M, C = completions.shape
+    P, N = tasks.prompt_len(digits), num_rollouts
+    steps = step_mask(completions)
+    labels = np.zeros((M, C), dtype=np.float32)
+    prompts = tasks.encode_prompts(pairs, digits)
+    for j in range(C):
+        rows = np.flatnonzero(steps[:, j])
+        if len(rows) == 0:
+            continue
+        prefixes = np.concatenate([prompts[rows], completions[rows, :j + 1]], axis=1).repeat(N, axis=0)
+        rest = C - j - 1
+        if rest > 0:
+            tails, key = rollout(prefixes, rest, key)
+        else:
+            tails = np.zeros((len(prefixes), 0), dtype=np.int64)
+        tails = np.asarray(tails)
+        rolled = np.concatenate([prefixes[:, P:], tails], axis=1)
+        correct = tasks.verify(np.repeat(pairs[rows], N, axis=0), rolled, digits).reshape(-1, N)
+        labels[rows, j] = correct.mean(1) if soft else correct.max(1)
+    return labels, steps.astype(np.float32), key
+
+
+def masked_bce_loss(logits, labels, mask):
+    """Binary cross-entropy with logits, averaged over the positions where mask is 1 (the steps for
+    the PRM, the last token for the ORM); every other position contributes nothing, not even to the
+    count. Per position: softplus(z) - y z = -[y log sigmoid(z) + (1 - y) log sigmoid(-z)] (soft
+    labels y in [0, 1] allowed). Returns (loss, accuracy of sign(z) against y > 0.5 on the mask)."""
+    per_position = jax.nn.softplus(logits) - labels * logits
+    count = jnp.maximum(mask.sum(), 1.0)
+    right = ((logits > 0) == (labels > 0.5)).astype(jnp.float32)
+    return (per_position * mask).sum() / count, (right * mask).sum() / count
+
+
+def aggregate_step_scores(step_logits, steps, how="min"):
+    """(B, T) per-position logits and step mask -> (B,) solution scores: the min ("min") or the
+    product ("product") of the step probabilities sigmoid(z) over the steps. A solution without a
+    single step (an empty answer) scores 0."""
+    p = jax.nn.sigmoid(step_logits)
+    filled = jnp.where(steps > 0, p, jnp.ones_like(p))  # non-steps are neutral for min and product
+    agg = filled.min(-1) if how == "min" else filled.prod(-1)
+    return jnp.where(steps.sum(-1) > 0, agg, jnp.zeros_like(agg))
+
+
+def best_of_n_select(scores):
+    """(..., n) scores of n candidates -> (...,) index of the best; ties go to the first candidate."""
+    return scores.argmax(-1)
+
+
+def best_of_n_kl(n):
+    """Analytic KL(best-of-n policy || base policy) = log n - (n - 1) / n (Stiennon et al. 2020;
+    Beirami et al. 2024, arXiv:2401.01879, show it is an upper bound, exact when no two samples tie).
+    0 at n = 1."""
+    return math.log(n) - (n - 1) / n
+
+
+# ----------------------------------------------------------------------------- network
+class StepRewardModel(nn.Module):
+    """The SFT transformer with a scalar head on the final hidden state of every position: one
+    logit per token, read at the step positions (PRM) or at the last token (ORM). The head starts at
+    zero: every probability 0.5. params = {"params": {"lm": <the SFT transformer's>, "head": ...}}."""
+    config: dict
+
+    @nn.compact
+    def __call__(self, tokens):
+        h = TinyLM(**self.config, name="lm").features(tokens)
+        head = nn.Dense(1, kernel_init=nn.initializers.zeros, bias_init=nn.initializers.zeros, name="head")
+        return head(h).squeeze(-1)
+
+
+# ----------------------------------------------------------------------------- set-up and evaluation
+def default_sft_path(args):
+    return os.path.join(args.log_dir, f"sft_jax_{args.digits}d_{args.sft_steps}steps_seed{args.seed}.npz")
+
+
+def n_grid(args):
+    """The n of the best-of-n table: the powers of two that divide max_n, and best_of_n."""
+    return sorted({2 ** k for k in range(int(math.log2(args.max_n)) + 1) if args.max_n % 2 ** k == 0} | {args.best_of_n})
+
+
+def check_args(args):
+    """Bad input stops here, before any run directory is written or any training step is taken."""
+    if args.num_rollouts < 1:
+        raise ValueError(f"num_rollouts = {args.num_rollouts}: a step label needs at least one rollout")
+    if args.samples_per_prompt < 1:
+        raise ValueError(f"samples_per_prompt = {args.samples_per_prompt} must be at least 1")
+    if args.aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation = {args.aggregation!r}: choose one of {AGGREGATIONS}")
+    if args.best_of_n < 1 or args.max_n < 1 or args.max_n % args.best_of_n:
+        raise ValueError(f"best_of_n = {args.best_of_n} must be at least 1 and divide max_n = {args.max_n}")
+    need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+    path = args.sft_path or default_sft_path(args)
+    if os.path.exists(path):
+        load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need)
+    else:
+        sft_jax.check_args(sft_jax.Args(digits=args.digits))
+
+
+def load_or_train_sft(args):
+    path = args.sft_path or default_sft_path(args)
+    if not os.path.exists(path):
+        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+              file=sys.stderr)
+        sft_jax.train(sft_jax.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
+                                       progress=args.progress))
+    need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+    return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
+
+
+def accuracy(model, params, pairs, digits, key, temperature=0.0):
+    """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
+    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
+                              tasks.completion_len(digits), temperature)
+    return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
+
+
+def last_index(prompt_len, completions):
+    """Position of each completion's last token (its <eos>) in the prompt + completion sequence."""
+    return prompt_len + tasks.completion_mask(completions).sum(-1).astype(np.int64) - 1
+
+
+def majority_vote(answers, gold):
+    """(num_prompts, n) decoded answers and their gold rewards -> (num_prompts,) gold reward of the
+    most frequent answer (ties: the one that appears first)."""
+    out = np.zeros(len(answers), dtype=np.float32)
+    for i, row in enumerate(answers):
+        top = Counter(row).most_common(1)[0][0]
+        out[i] = gold[i, list(row).index(top)]
+    return out
+
+
+def best_of_n_table(scores, gold, answers, grid):
+    """Gold accuracy of best-of-n for each n in grid, from (num_prompts, max_n) candidate scores
+    ({"prm": ..., "orm": ...}), gold rewards and decoded answers. The max_n samples of a prompt are
+    split into max_n / n disjoint groups of n and the accuracy is averaged over all groups (a lower-
+    variance estimate than one group per prompt). Also majority vote and the oracle (pass@n: some
+    candidate is right)."""
+    num_prompts, max_n = gold.shape
+    table = {name: [] for name in (*scores, "majority", "oracle")}
+    for n in grid:
+        g = gold.reshape(num_prompts, max_n // n, n)
+        for name, s in scores.items():
+            pick = np.asarray(best_of_n_select(jnp.asarray(s.reshape(num_prompts, max_n // n, n))))
+            table[name].append(float(np.take_along_axis(g, pick[..., None], -1).mean()))
+        table["majority"].append(float(majority_vote(answers.reshape(-1, n), g.reshape(-1, n)).mean()))
+        table["oracle"].append(float(g.max(-1).mean()))
+    return table
+
+
+# ----------------------------------------------------------------------------- training
+def train(args: Args) -> dict:
+    check_args(args)
+    (policy, policy_params), sft_path = load_or_train_sft(args)
+    script = os.path.basename(__file__).removesuffix(".py")
+    run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
+    writer = SummaryWriter(run_dir)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
+                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    # Seeding: python, numpy (prompt draws, shuffling) and jax (sampling).
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    key = jax.random.PRNGKey(args.seed)
+    rng = np.random.default_rng(args.seed)
+
+    train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
+    P, C, K = tasks.prompt_len(args.digits), tasks.completion_len(args.digits), args.samples_per_prompt
+    # the SFT policy only samples: it is never trained (policy_params are never updated)
+    initial_acc, key = accuracy(policy, policy_params, test_pairs, args.digits, key)
+    start_time = time.time()
+
+    def rollout(prefixes, max_new_tokens, key):
+        """The policy's continuations of the prefixes at temperature 1 (the Monte Carlo rollouts)."""
+        tails, key = sample(policy, policy_params, jnp.asarray(prefixes), key, max_new_tokens, 1.0)
+        return np.asarray(tails), key
+
+    # ---- training solutions, their Monte Carlo step labels (PRM) and outcome labels (ORM)
+    operands = np.repeat(train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)], K, axis=0)
+    prompts = tasks.encode_prompts(operands, args.digits)
+    completions, key = rollout(prompts, C, key)
+    outcome = tasks.verify(operands, completions, args.digits)
+    step_labels, steps, key = mc_step_labels(operands, completions, rollout, args.num_rollouts, args.digits,
+                                             key, args.soft_labels)
+    tokens = np.concatenate([prompts, completions], axis=1)
+    zeros = np.zeros((len(tokens), P), dtype=np.float32)
+    prm_labels = np.concatenate([zeros, step_labels], axis=1)  # labels and masks over prompt + completion
+    prm_mask = np.concatenate([zeros, steps], axis=1)
+    orm_mask = np.zeros_like(prm_mask)
+    orm_mask[np.arange(len(tokens)), last_index(P, completions)] = 1.0  # the last token: <eos>
+    orm_labels = orm_mask * outcome[:, None]
+
+    # ---- held-out candidates: max_n SFT samples per test prompt, gold-verified
+    test_operands = np.repeat(test_pairs, args.max_n, axis=0)
+    test_completions, key = rollout(tasks.encode_prompts(test_operands, args.digits), C, key)
+    test_tokens = jnp.asarray(np.concatenate([tasks.encode_prompts(test_operands, args.digits),
+                                              test_completions], axis=1))
+    test_steps = jnp.asarray(np.concatenate([np.zeros((len(test_operands), P), dtype=np.float32),
+                                             step_mask(test_completions).astype(np.float32)], axis=1))
+    test_last = jnp.asarray(last_index(P, test_completions))
+    test_gold = tasks.verify(test_operands, test_completions, args.digits).reshape(-1, args.max_n)
+    test_answers = np.array([tasks.decode(c) for c in test_completions]).reshape(-1, args.max_n)
+
+    # PRM and ORM: two copies of the SFT transformer, same head, same data, same steps.
+    model = StepRewardModel(policy.config)
+    key, head_key = jax.random.split(key)
+    init = model.init(head_key, jnp.zeros((1, P + 1), dtype=jnp.int32))
+    prm_params = orm_params = {"params": {"lm": policy_params["params"], "head": init["params"]["head"]}}
+    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(args.learning_rate))
+    prm_opt, orm_opt = optimizer.init(prm_params), optimizer.init(orm_params)
+    score = jax.jit(model.apply)
+
+    def loss_fn(params, x, labels, mask):
+        return masked_bce_loss(model.apply(params, x), labels, mask)
+
+    @jax.jit
+    def update(params, opt_state, x, labels, mask):
+        (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, x, labels, mask)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, acc
+
+    def candidate_scores():
+        """(num_test, max_n) scores of the held-out candidates: the PRM's aggregate over the steps,
+        the ORM's logit at the last token."""
+        prm_scores = aggregate_step_scores(score(prm_params, test_tokens), test_steps, args.aggregation)
+        orm_scores = score(orm_params, test_tokens)[jnp.arange(len(test_tokens)), test_last]
+        return {"prm": np.asarray(prm_scores).reshape(-1, args.max_n), "orm": np.asarray(orm_scores).reshape(-1, args.max_n)}
+
+    def evaluate(grid):
+        return best_of_n_table(candidate_scores(), test_gold, test_answers, grid)
+
+    num_solutions = len(tokens)
+    steps_per_epoch = -(-num_solutions // args.batch_size)
+    total_steps = args.epochs * steps_per_epoch
+    bon = evaluate([args.best_of_n])["prm"][0]  # head at zero: every score ties, the first sample is picked
+    accuracy_curve, gain_curve = [(0, bon)], [(0, bon - initial_acc)]
+    writer.add_scalar("charts/test_accuracy", bon, 0)
+    step, solutions_seen, last_print = 0, 0, 0.0
+    for epoch in range(args.epochs):
+        perm = rng.permutation(num_solutions)
+        for start in range(0, num_solutions, args.batch_size):
+            step += 1
+            idx = perm[start:start + args.batch_size]
+            x = jnp.asarray(tokens[idx])
+            prm_params, prm_opt, prm_loss, prm_acc = update(prm_params, prm_opt, x, jnp.asarray(prm_labels[idx]), jnp.asarray(prm_mask[idx]))
+            orm_params, orm_opt, orm_loss, orm_acc = update(orm_params, orm_opt, x, jnp.asarray(orm_labels[idx]), jnp.asarray(orm_mask[idx]))
+            solutions_seen += len(idx)
+
+            sps = int(solutions_seen / (time.time() - start_time))
+            writer.add_scalar("losses/prm_loss", float(prm_loss), step)
+            writer.add_scalar("losses/orm_loss", float(orm_loss), step)
+            writer.add_scalar("charts/prm_step_accuracy", float(prm_acc), step)
+            writer.add_scalar("charts/orm_accuracy", float(orm_acc), step)
+            writer.add_scalar("charts/SPS", sps, step)
+            if step % args.eval_every == 0 or step == total_steps:
+                bon = evaluate([args.best_of_n])["prm"][0]
+                accuracy_curve.append((step, bon))
+                gain_curve.append((step, bon - initial_acc))
+                writer.add_scalar("charts/test_accuracy", bon, step)
+            if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
+                last_print = time.time()
+                print(f"\rstep {step:>4d}/{total_steps}  prm loss {float(prm_loss):.4f}  orm loss "
+                      f"{float(orm_loss):.4f}  PRM best-of-{args.best_of_n} {accuracy_curve[-1][1]:.3f}  "
+                      f"solutions/s {sps:5,d}", end="", file=sys.stderr, flush=True)
+    if args.progress:
+        print(file=sys.stderr)
+
+    grid = n_grid(args)
+    table = evaluate(grid)
+    for name, accs in table.items():
+        for n, acc in zip(grid, accs):
+            writer.add_scalar(f"best_of_n/{name}", acc, n)  # x axis: n
+    wall_time = time.time() - start_time
+    kl_to_ref = best_of_n_kl(args.best_of_n)  # analytic: best-of-n has no log-probs to sample
+    writer.close()
+    final_acc = table["prm"][grid.index(args.best_of_n)]
+    return {
+        "accuracy_curve": accuracy_curve,
+        "accuracy_gain_curve": gain_curve,
+        "initial_test_accuracy": initial_acc,
+        "test_accuracy": final_acc,
+        "accuracy_gain": final_acc - initial_acc,
+        "orm_test_accuracy": table["orm"][grid.index(args.best_of_n)],
+        "prm_minus_orm": final_acc - table["orm"][grid.index(args.best_of_n)],
+        "best_of_n_table": {"n": grid, **table},
+        # flat copies, so that tests/evaluation.py's JSON keeps them (it keeps scalars only)
+        **{f"bon_{name}_n{n}": acc for name, accs in table.items() for n, acc in zip(grid, accs)},
+        "step_label_mean": float(step_labels[steps > 0].mean()),
+        "outcome_label_mean": float(outcome.mean()),
+        "kl_to_ref": kl_to_ref,
+        "sps": solutions_seen / wall_time,
+        "wall_time": wall_time,
+        "global_step": step,
+        "run_dir": run_dir,
+        "losses": {"prm_loss": float(prm_loss), "orm_loss": float(orm_loss)},
+    }
+
+
+if __name__ == "__main__":
+    train(tyro.cli(Args))
