@@ -136,6 +136,11 @@ REGISTRY = [
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.203, +0.221, +0.211 (PRM best-of-8 0.757/0.779/0.767 vs ORM 0.715/0.729/0.724; 750-926 s each on the loaded 2-core machine); see docs/algorithms/prm.md"),
     LearningSpec("llm/prm_jax.py", {}, threshold=0.05, metric="accuracy_gain", curve="accuracy_gain_curve",
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.170, +0.172, +0.117 (PRM best-of-8 0.726/0.726/0.679 vs ORM 0.760/0.729/0.691; 511-711 s each on the loaded 2-core machine); see docs/algorithms/prm.md"),
+    # SimPO: DPO's pairs, reference-free length-normalised reward, beta 2.0, gamma 1.0, Adam 1e-5, 4 epochs.
+    LearningSpec("llm/simpo_torch.py", {}, threshold=0.20, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.410, +0.426, +0.354 (22-41 s of SimPO each after SFT and sampling, shared 2-core machine); see docs/algorithms/simpo.md"),
+    LearningSpec("llm/simpo_jax.py", {}, threshold=0.20, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.400, +0.348, +0.352 (47-58 s of SimPO each after SFT and sampling, shared 2-core machine); see docs/algorithms/simpo.md"),
     # --- issue 16 (add above this line) ---
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md). The default suite runs seed 1 alone: a run costs 3-5 CPU minutes,
@@ -300,4 +305,5 @@ REGISTRY = [
                  threshold=0.85, metric="path_optimality", seeds=(1, 2, 3, 4, 5), quick_seeds=(1, 2, 3),
                  at_most={"episodes_to_greedy_path": 5}, curve="steps_per_episode_curve", x_label="episodes", smooth=1,
                  note="issue 13: tests/dyna_q_curves.py --seeds 1-10: episodes_to_greedy_path 2, greedy path 14 or 16 (2-4 s each here)"),
+    # --- issue 13 (add above this line) ---
 ]
