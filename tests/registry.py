@@ -141,6 +141,11 @@ REGISTRY = [
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.410, +0.426, +0.354 (22-41 s of SimPO each after SFT and sampling, shared 2-core machine); see docs/algorithms/simpo.md"),
     LearningSpec("llm/simpo_jax.py", {}, threshold=0.20, metric="accuracy_gain", curve="accuracy_gain_curve",
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.400, +0.348, +0.352 (47-58 s of SimPO each after SFT and sampling, shared 2-core machine); see docs/algorithms/simpo.md"),
+    # ORPO: DPO's pairs, NLL of the chosen + lambda 0.1 x odds-ratio loss, no reference in the loss, 2 epochs.
+    LearningSpec("llm/orpo_torch.py", {}, threshold=0.25, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.408, +0.436, +0.444 (10-11 s of ORPO each after SFT and sampling, shared 2-core machine; kl_to_ref 0.33-0.65); see docs/algorithms/orpo.md"),
+    LearningSpec("llm/orpo_jax.py", {}, threshold=0.25, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.430, +0.400, +0.412 (28-37 s of ORPO each after SFT and sampling, shared 2-core machine; kl_to_ref 0.46-0.59); see docs/algorithms/orpo.md"),
     # --- issue 16 (add above this line) ---
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md). The default suite runs seed 1 alone: a run costs 3-5 CPU minutes,
