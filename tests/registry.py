@@ -146,6 +146,12 @@ REGISTRY = [
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.408, +0.436, +0.444 (10-11 s of ORPO each after SFT and sampling, shared 2-core machine; kl_to_ref 0.33-0.65); see docs/algorithms/orpo.md"),
     LearningSpec("llm/orpo_jax.py", {}, threshold=0.25, metric="accuracy_gain", curve="accuracy_gain_curve",
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.430, +0.400, +0.412 (28-37 s of ORPO each after SFT and sampling, shared 2-core machine; kl_to_ref 0.46-0.59); see docs/algorithms/orpo.md"),
+    # DAPO: 30 steps of 64 informative groups x 8 (dynamic sampling draws 5,376-10,560 prompts per run against
+    # GRPO's 1,920), clip-higher 0.2/0.28, token-level loss, soft overlong penalty, no KL.
+    LearningSpec("llm/dapo_torch.py", {}, threshold=0.30, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 16: torch +0.442/+0.440/+0.444 for seeds 1-3 (378-607 s each under load, 6,528-10,560 prompts); see docs/algorithms/dapo.md"),
+    LearningSpec("llm/dapo_jax.py", {}, threshold=0.30, metric="accuracy_gain", curve="accuracy_gain_curve",
+                 x_label="training steps", smooth=1, note="issue 16: jax +0.440/+0.446/+0.438 for seeds 1-3 (312-562 s each under load, 5,376-8,256 prompts); see docs/algorithms/dapo.md"),
     # --- issue 16 (add above this line) ---
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md). The default suite runs seed 1 alone: a run costs 3-5 CPU minutes,
