@@ -15,6 +15,7 @@ Verified (tests/): bradley_terry_loss against hand-computed numbers and its pari
 within 1e-4, a smoke run with identical figures for two runs with the same seed, bad input, and
 learning: a held-out pairwise accuracy (against the gold preference) >= 0.8 for each of seeds 1-3
 with the defaults (pytest -m learning; runs in docs/algorithms/reward_model.md).
+The trained model is saved (save_reward_model, default_save_path) for llm/ppo_rlhf_torch.py.
 Reproduce: python llm/reward_model_torch.py --seed 1
 """
 import os
@@ -32,7 +33,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 import sft_torch
 import tasks
-from tinylm_torch import load_checkpoint, sample
+from tinylm_torch import load_checkpoint, sample, save_checkpoint
 
 
 @dataclass
@@ -63,6 +64,8 @@ class Args:
     """global gradient-norm clip"""
     eval_every: int = 50
     """steps between two evaluations on the held-out pairs"""
+    save_path: str = ""
+    """where the trained reward model is saved (.npz); empty: reward_model_<framework>_<digits>d_<num_prompts>prompts_<epochs>epochs_seed<seed>.npz in log_dir (what llm/ppo_rlhf_<framework>.py looks for)"""
     log_dir: str = "runs"
     """parent folder of the TensorBoard run directory"""
     progress: bool = True
@@ -98,9 +101,35 @@ class RewardModel(nn.Module):
         return self.head(h[torch.arange(len(tokens)), last_index]).squeeze(-1)
 
 
+def save_reward_model(model, path):
+    """The transformer as a tinylm checkpoint plus the head as "head.w" (d_model, 1) and "head.b" (1,)."""
+    save_checkpoint(model.lm, path)
+    arrays = dict(np.load(path))
+    arrays["head.w"] = model.head.weight.detach().cpu().numpy().T.astype(np.float32)
+    arrays["head.b"] = model.head.bias.detach().cpu().numpy().astype(np.float32)
+    np.savez(path, **arrays)
+
+
+def load_reward_model(path, min_context=None):
+    """A RewardModel with the weights saved by save_reward_model; a checkpoint without a head, of
+    another vocabulary or of a shorter context raises ValueError."""
+    data = np.load(path)
+    if "head.w" not in data.files or "head.b" not in data.files:
+        raise ValueError(f"{path} is not a reward-model checkpoint (no head.w / head.b)")
+    model = RewardModel(load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=min_context))
+    with torch.no_grad():
+        model.head.weight.copy_(torch.as_tensor(data["head.w"].T))
+        model.head.bias.copy_(torch.as_tensor(data["head.b"]))
+    return model
+
+
 # ----------------------------------------------------------------------------- set-up and evaluation
 def default_sft_path(args):
     return os.path.join(args.log_dir, f"sft_torch_{args.digits}d_{args.sft_steps}steps_seed{args.seed}.npz")
+
+
+def default_save_path(args):
+    return os.path.join(args.log_dir, f"reward_model_torch_{args.digits}d_{args.num_prompts}prompts_{args.epochs}epochs_seed{args.seed}.npz")
 
 
 def check_args(args):
@@ -229,6 +258,8 @@ def train(args: Args) -> dict:
 
     wall_time = time.time() - start_time
     test_acc, corr = evaluate()
+    model_path = args.save_path or default_save_path(args)
+    save_reward_model(model, model_path)
     writer.close()
     return {
         "accuracy_curve": accuracy_curve,
@@ -240,6 +271,7 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": step,
         "run_dir": run_dir,
+        "model_path": model_path,
         "losses": {"bt_loss": loss.item()},
     }
 

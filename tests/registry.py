@@ -152,6 +152,14 @@ REGISTRY = [
                  x_label="training steps", smooth=1, note="issue 16: torch +0.442/+0.440/+0.444 for seeds 1-3 (378-607 s each under load, 6,528-10,560 prompts); see docs/algorithms/dapo.md"),
     LearningSpec("llm/dapo_jax.py", {}, threshold=0.30, metric="accuracy_gain", curve="accuracy_gain_curve",
                  x_label="training steps", smooth=1, note="issue 16: jax +0.440/+0.446/+0.438 for seeds 1-3 (312-562 s each under load, 5,376-8,256 prompts); see docs/algorithms/dapo.md"),
+    # RLHF with PPO: 20 PPO iterations of 256 completions against a 4-epoch reward model (trained first when
+    # missing; pair accuracy 0.72-0.96), beta 0.5, critic initialised from the reward model.
+    LearningSpec("llm/ppo_rlhf_torch.py", {}, threshold=0.10, metric="accuracy_gain",
+                 curve="accuracy_gain_curve", x_label="PPO iterations", smooth=1,
+                 note="issue 16: seeds 1-3 gained +0.386, +0.262, +0.244 (53-83 s of PPO each after SFT and reward model); see docs/algorithms/ppo_rlhf.md"),
+    LearningSpec("llm/ppo_rlhf_jax.py", {}, threshold=0.10, metric="accuracy_gain",
+                 curve="accuracy_gain_curve", x_label="PPO iterations", smooth=1,
+                 note="issue 16: seeds 1-3 gained +0.240, +0.276, +0.270 (72-132 s of PPO each after SFT and reward model); see docs/algorithms/ppo_rlhf.md"),
     # --- issue 16 (add above this line) ---
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md). The default suite runs seed 1 alone: a run costs 3-5 CPU minutes,
