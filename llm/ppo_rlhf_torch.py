@@ -442,6 +442,8 @@ def train(args: Args) -> dict:
         "proxy_reward": proxy_curve[-1][1],
         "gold_reward": gold_curve[-1][1],
         "kl_coef": kl_coef,
+        # over-optimisation: how far the greedy gold accuracy fell from its best evaluation by the end
+        "accuracy_drop_from_peak": max(a for _, a in accuracy_curve) - final_acc,
         "sps": tokens_sampled / wall_time,
         "wall_time": wall_time,
         "global_step": args.total_steps,

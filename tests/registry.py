@@ -34,11 +34,13 @@ class LearningSpec:
     at_most: dict = field(default_factory=dict)  # other summary keys with an upper bound, e.g. {"alpha": 0.1}
     x_label: str = "environment steps"  # what the curve's step axis counts (LLM scripts: training steps)
     smooth: int = 20                 # running-mean window of the plotted curve (1: the raw points)
+    tag: str = ""                    # tells apart two specs of one script and environment (files, test ids)
 
     @property
     def name(self):
         env = self.args.get("env_id", "default")
-        return f"{self.script.rsplit('/', 1)[-1].removesuffix('.py')}-{env}"
+        name = f"{self.script.rsplit('/', 1)[-1].removesuffix('.py')}-{env}"
+        return f"{name}-{self.tag}" if self.tag else name
 
 
 REGISTRY = [
@@ -160,6 +162,12 @@ REGISTRY = [
     LearningSpec("llm/ppo_rlhf_jax.py", {}, threshold=0.10, metric="accuracy_gain",
                  curve="accuracy_gain_curve", x_label="PPO iterations", smooth=1,
                  note="issue 16: seeds 1-3 gained +0.240, +0.276, +0.270 (72-132 s of PPO each after SFT and reward model); see docs/algorithms/ppo_rlhf.md"),
+    # RLHF with PPO over-optimises without its KL penalty: kl_coef 0, 30 iterations. Metric: the greedy gold
+    # accuracy's fall from its best evaluation to the end (the proxy reward keeps rising meanwhile).
+    LearningSpec("llm/ppo_rlhf_torch.py", {"kl_coef": 0.0, "total_steps": 30}, threshold=0.30,
+                 metric="accuracy_drop_from_peak", curve="accuracy_curve", x_label="PPO iterations", smooth=1,
+                 tag="beta0",
+                 note="issue 16: seeds 1-3 fell 0.82, 0.58, 0.70 from their peak (python tests/evaluation.py llm/ppo_rlhf_torch.py --seeds 1-3 --set kl_coef=0.0 --set total_steps=30 --metric accuracy_drop_from_peak); see docs/algorithms/ppo_rlhf.md"),
     # --- issue 16 (add above this line) ---
     # SAC, Pendulum-v1, 30k steps: 10-episode mean at the end, and the auto-tuned alpha below 0.1 by
     # then (docs/algorithms/sac.md). The default suite runs seed 1 alone: a run costs 3-5 CPU minutes,
