@@ -1,0 +1,146 @@
+"""Hard-exploration environments that fit a CPU -- shared substrate of the exploration family
+(algos/count_bonus_*.py, algos/icm_*.py, algos/rnd_*.py).
+
+Docs:   docs/algorithms/exploration.md
+
+Framework-neutral (numpy and gymnasium only): the environment, not the algorithm.
+
+DeepSea (Osband et al. 2019, "Behaviour Suite for Reinforcement Learning", arXiv:1908.03568; and
+Osband, Van Roy, Russo & Wen 2019, "Deep Exploration via Randomized Value Functions",
+arXiv:1703.07608). An N x N grid; the agent starts in the top-left cell and every step moves it one
+row down, so an episode lasts exactly N steps. One action moves it one column right as well, the
+other one column left (clipped at the left wall). Which of the two actions means "right" is drawn
+once per cell, by `mapping_seed` (the same in every copy of the environment, so that all vector
+copies are one task); the agent has to learn it cell by cell. Moving right costs 0.01 / N; taking
+"right" in the bottom-right column pays +1. The only way to the treasure is "right" at every one of
+the N steps, so the optimum is 1 - 0.01 = 0.99, while always "left" returns 0 at no cost: a
+dithering agent reaches the treasure with probability 2^-N per episode, and every step towards
+it is punished on the way. The observation is the one-hot N x N position (all zeros after the last
+step).
+
+Stochastic variant (bsuite's deep_sea_stochastic): a "right" move fails (the agent goes straight
+down) with probability 1 / N, and the two bottom corners add N(0, 1) noise to the reward; the
+optimum in expectation is unchanged in spirit and bsuite's "denoised return" is kept in
+`info["denoised_return"]`.
+
+Noisy TV (after Burda et al. 2018, "Exploration by Random Network Distillation", arXiv:1810.12894,
+and "Large-Scale Study of Curiosity-Driven Learning", arXiv:1808.04355): DeepSea with a third action
+that also moves the agent down-left (like "left") and switches on a TV: `tv_channels` extra
+observation entries show one of `tv_channels` screens (a one-hot pattern), drawn fresh and uniformly
+at random every time the TV action is taken (all zeros otherwise). The next screen is unpredictable
+from the state and action (aleatoric), yet there are only `tv_channels` of them: a forward-model
+curiosity keeps finding the TV surprising, a novelty bonus such as RND learns every screen and gets
+bored.
+
+Importing this module registers, for every size N in 1..64, `DeepSea{N}-v0`,
+`DeepSeaStochastic{N}-v0` and `NoisyTVDeepSea{N}-v0` (e.g. `gym.make("DeepSea10-v0")`; keyword
+arguments override `mapping_seed`, `tv_channels`). MountainCar-v0 is gymnasium's own.
+"""
+import re
+
+import gymnasium as gym
+import numpy as np
+
+MOVE_COST = 0.01  # bsuite's unscaled cost of a "right" move; each one costs MOVE_COST / N
+MAX_SIZE = 64
+ID_PATTERN = re.compile(r"^(DeepSea|DeepSeaStochastic|NoisyTVDeepSea)(\d+)-v0$")
+
+
+def deep_sea_optimal_return(size: int) -> float:
+    """The deterministic optimum: N "right" moves (each -0.01/N) and the treasure (+1): 0.99."""
+    return 1.0 - MOVE_COST
+
+
+def action_mapping(size: int, mapping_seed: int) -> np.ndarray:
+    """mapping[row, col] is the action that means "right" in that cell (0 or 1), drawn once."""
+    return np.random.default_rng(mapping_seed).integers(0, 2, size=(size, size))
+
+
+class DeepSeaEnv(gym.Env):
+    """bsuite's DeepSea as a gymnasium environment (see the module docstring)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, size: int = 10, deterministic: bool = True, mapping_seed: int = 0,
+                 noisy_tv: bool = False, tv_channels: int = 8):
+        if size < 1:
+            raise ValueError(f"DeepSea size N = {size}: it must be at least 1")
+        if noisy_tv and tv_channels < 1:
+            raise ValueError(f"tv_channels = {tv_channels}: the noisy TV needs at least one screen")
+        self.size = size
+        self.deterministic = deterministic
+        self.noisy_tv = noisy_tv
+        self.tv_channels = tv_channels if noisy_tv else 0
+        self.mapping = action_mapping(size, mapping_seed)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (size * size + self.tv_channels,), np.float32)
+        self.action_space = gym.spaces.Discrete(3 if noisy_tv else 2)
+        self.row = self.col = 0
+        self.tv_screen = -1  # -1: TV off
+
+    def _obs(self):
+        obs = np.zeros(self.size * self.size + self.tv_channels, np.float32)
+        if self.row < self.size:
+            obs[self.row * self.size + self.col] = 1.0
+        if self.tv_screen >= 0:
+            obs[self.size * self.size + self.tv_screen] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.row = self.col = 0
+        self.tv_screen = -1
+        return self._obs(), {}
+
+    def step(self, action):
+        action = int(action)
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action} outside {self.action_space}")
+        if self.row >= self.size:
+            raise RuntimeError("step() after the episode ended: call reset()")
+        n = self.size
+        reward, denoised = 0.0, 0.0
+        right = action < 2 and action == self.mapping[self.row, self.col]
+        self.tv_screen = int(self.np_random.integers(self.tv_channels)) if action == 2 else -1
+        if self.col == n - 1 and right:  # the treasure: "right" in the bottom-right cell
+            reward += 1.0
+            denoised += 1.0
+        if not self.deterministic and self.row == n - 1 and self.col in (0, n - 1):
+            reward += float(self.np_random.normal())  # noisy reward at the bottom corners
+        if right:
+            if self.deterministic or self.np_random.random() > 1.0 / n:
+                self.col = min(self.col + 1, n - 1)
+            reward -= MOVE_COST / n
+            denoised -= MOVE_COST / n
+        else:  # "left" (and the TV action) moves one column left, clipped at the wall
+            self.col = max(self.col - 1, 0)
+        self.row += 1
+        terminated = self.row == n  # the last row: the episode ends (no time limit is involved)
+        return self._obs(), reward, terminated, False, {"denoised_return": denoised}
+
+
+def episodes_to_solve(returns, threshold: float, window: int = 20) -> int | None:
+    """The number of episodes after which the mean of the last `window` returns first reaches
+    `threshold` (e.g. 0.9 of DeepSea's optimum), or None if it never does."""
+    returns = np.asarray(returns, dtype=np.float64)
+    if len(returns) < window:
+        return None
+    means = np.convolve(returns, np.ones(window) / window, mode="valid")
+    hits = np.nonzero(means >= threshold)[0]
+    return int(hits[0] + window) if len(hits) else None
+
+
+def _register():
+    for n in range(1, MAX_SIZE + 1):
+        for name, kwargs in (("DeepSea", {}), ("DeepSeaStochastic", {"deterministic": False}),
+                             ("NoisyTVDeepSea", {"noisy_tv": True})):
+            env_id = f"{name}{n}-v0"
+            if env_id not in gym.registry:
+                gym.register(env_id, entry_point=DeepSeaEnv, kwargs={"size": n, **kwargs})
+
+
+_register()
+
+
+def is_deep_sea(env_id: str) -> bool:
+    """True for the ids this module registers (DeepSea{N}-v0 and its two variants)."""
+    return ID_PATTERN.match(env_id) is not None

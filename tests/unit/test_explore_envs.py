@@ -1,0 +1,113 @@
+"""Worked problem: DeepSea of size 3 by hand (algos/explore_envs.py, docs/worked_problems.md).
+
+The exploration family's environment: every step moves one row down; "right" (the action given by
+the fixed per-cell mapping) moves one column right at a cost of 0.01 / N; "right" in the bottom-right
+cell pays +1. For N = 3: the only rewarding path is right, right, right with return
+3 * (-0.01 / 3) + 1 = 0.99; any "left" ends the hope of the treasure; all "left" returns 0.
+"""
+import itertools
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from helpers import ROOT
+
+sys.path.insert(0, str(ROOT / "algos"))  # as when a script runs: the twins `import explore_envs`
+import explore_envs  # noqa: E402
+
+
+def play(env_id, choose, seed=0, **kwargs):
+    """Run one episode; choose(env, row, col) gives the action. Returns (return, positions, obs)."""
+    env = gym.make(env_id, **kwargs)
+    obs, _ = env.reset(seed=seed)
+    deep = env.unwrapped
+    total, cells, observations, done = 0.0, [], [obs], False
+    while not done:
+        cells.append((deep.row, deep.col))
+        obs, reward, terminated, truncated, _ = env.step(choose(deep, deep.row, deep.col))
+        total += reward
+        observations.append(obs)
+        done = terminated or truncated
+    return total, cells, observations
+
+
+def test_size_3_optimal_path_by_hand():
+    right = lambda env, r, c: int(env.mapping[r, c])
+    total, cells, observations = play("DeepSea3-v0", right)
+    assert cells == [(0, 0), (1, 1), (2, 2)]  # the diagonal
+    assert total == pytest.approx(1.0 - 3 * 0.01 / 3)  # 0.99
+    assert total == pytest.approx(explore_envs.deep_sea_optimal_return(3))
+    assert len(observations) == 4  # three steps: the episode lasts exactly N steps
+    # one-hot position, row-major; all zeros after the last step
+    assert observations[0].tolist() == [1, 0, 0, 0, 0, 0, 0, 0, 0]
+    assert observations[1].tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert observations[2].tolist() == [0, 0, 0, 0, 0, 0, 0, 0, 1]
+    assert observations[3].tolist() == [0] * 9
+
+
+def test_size_3_every_action_sequence_by_hand():
+    """All 8 sequences: only right-right-right reaches the treasure; each right costs 0.01/3."""
+    for seq in itertools.product([True, False], repeat=3):  # True = "right" in that cell
+        it = iter(seq)
+        choose = lambda env, r, c: int(env.mapping[r, c]) if next(it) else 1 - int(env.mapping[r, c])
+        total, cells, _ = play("DeepSea3-v0", choose)
+        rights = sum(seq)
+        expected = -0.01 / 3 * rights + (1.0 if all(seq) else 0.0)
+        assert total == pytest.approx(expected), seq
+        # transition structure: column = max(col - 1, 0) after "left", col + 1 after "right"
+        col = 0
+        for (row, c), went_right in zip(cells, seq):
+            assert c == col
+            col = min(col + 1, 2) if went_right else max(col - 1, 0)
+        assert [r for r, _ in cells] == [0, 1, 2]
+
+
+def test_mapping_is_fixed_by_mapping_seed_not_by_reset_seed():
+    a, b = gym.make("DeepSea5-v0"), gym.make("DeepSea5-v0")
+    a.reset(seed=1)
+    b.reset(seed=2)
+    assert np.array_equal(a.unwrapped.mapping, b.unwrapped.mapping)  # one task across vector copies
+    c = gym.make("DeepSea5-v0", mapping_seed=7)
+    assert not np.array_equal(a.unwrapped.mapping, c.unwrapped.mapping)
+
+
+def test_stochastic_variant_fails_right_moves_at_rate_one_over_n():
+    """A "right" from the top-left cell of DeepSeaStochastic4 stays in column 0 w.p. 1/4."""
+    env = gym.make("DeepSeaStochastic4-v0")
+    stayed = 0
+    for seed in range(4000):
+        env.reset(seed=seed)
+        env.step(int(env.unwrapped.mapping[0, 0]))
+        stayed += env.unwrapped.col == 0
+    assert stayed / 4000 == pytest.approx(0.25, abs=0.025)
+
+
+def test_noisy_tv_screens():
+    env = gym.make("NoisyTVDeepSea4-v0", tv_channels=5)
+    obs, _ = env.reset(seed=0)
+    assert env.action_space.n == 3 and obs.shape == (16 + 5,)
+    assert obs[16:].sum() == 0  # TV off at the start
+    screens = set()
+    for seed in range(60):
+        env.reset(seed=seed)
+        obs, reward, *_ = env.step(2)
+        assert obs[16:].sum() == 1 and reward == 0.0  # exactly one screen lit, no reward
+        assert env.unwrapped.col == 0  # the TV action moves like "left" (clipped at the wall)
+        screens.add(int(np.argmax(obs[16:])))
+        obs, *_ = env.step(0)
+        assert obs[16:].sum() == 0  # any other action switches it off
+    assert screens == set(range(5))  # fresh uniform draws reach every screen
+
+
+def test_episodes_to_solve():
+    returns = [0.0] * 25 + [0.99] * 20
+    # the 20-episode mean reaches 0.891 once 18 of the last 20 are successes: after episode 25 + 18
+    assert explore_envs.episodes_to_solve(returns, 0.9 * 0.99) == 43
+    assert explore_envs.episodes_to_solve([0.0] * 50, 0.5) is None
+
+
+def test_bad_sizes():
+    with pytest.raises(ValueError, match="at least 1"):
+        explore_envs.DeepSeaEnv(size=0)
+    assert explore_envs.is_deep_sea("DeepSea12-v0") and not explore_envs.is_deep_sea("CartPole-v1")
