@@ -33,6 +33,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     total_timesteps: int = 100_000
@@ -154,8 +156,8 @@ class QNetwork(nn.Module):
         """Epsilon-greedy: each env takes a uniform-random action with probability epsilon, the
         greedy action otherwise."""
         greedy = self.q_values(obs).argmax(dim=-1)
-        explore = torch.rand(obs.shape[0]) < epsilon
-        random_actions = torch.randint(self.num_actions, (obs.shape[0],))
+        explore = torch.rand(obs.shape[0], device=obs.device) < epsilon
+        random_actions = torch.randint(self.num_actions, (obs.shape[0],), device=obs.device)
         return torch.where(explore, random_actions, greedy)
 
 
@@ -203,7 +205,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, n_atoms, v_min, v_max):
     """Load the saved parameters into a fresh network; run the greedy (argmax) policy."""
     env = gym.make(env_id)
     q_network = QNetwork(int(np.prod(env.observation_space.shape)), int(env.action_space.n), n_atoms, v_min, v_max)
-    q_network.load_state_dict(torch.load(model_path))
+    q_network.load_state_dict(torch.load(model_path, map_location="cpu"))
     returns = []
     for episode in range(eval_episodes):
         obs, _ = env.reset(seed=seed + episode)
@@ -236,15 +238,17 @@ def train(args: Args) -> dict:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # tiny networks: intra-op threads cost far more than they save here
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(args.seed)  # replay sampling
 
     envs = make_envs(args.env_id, args.num_envs)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
-    q_network = QNetwork(obs_dim, int(envs.single_action_space.n), args.n_atoms, args.v_min, args.v_max)
+    q_network = QNetwork(obs_dim, int(envs.single_action_space.n), args.n_atoms, args.v_min, args.v_max).to(device)
     target_network = copy.deepcopy(q_network)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
     atoms = q_network.atoms
 
+    # buffers on the host; each sampled batch moves to the device
     # Replay buffer: a ring of preallocated arrays. next_obs holds the true next observation
     # (final_obs at an episode end), dones the `terminated` flag only.
     obs_rb = np.zeros((args.buffer_size, obs_dim), dtype=np.float32)
@@ -268,7 +272,7 @@ def train(args: Args) -> dict:
                                   global_step)
         if global_step <= args.learning_starts:
             epsilon = 1.0  # uniform-random warm-up fills the buffer
-        action = q_network.act(torch.from_numpy(obs), epsilon).numpy()
+        action = q_network.act(torch.as_tensor(obs, device=device), epsilon).cpu().numpy()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         ep_return += reward
         ep_length += 1
@@ -293,9 +297,9 @@ def train(args: Args) -> dict:
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b = rng.integers(0, rb_size, args.batch_size)
-                b_obs, b_next_obs = torch.from_numpy(obs_rb[b]), torch.from_numpy(next_obs_rb[b])
-                b_actions, b_rewards, b_dones = (torch.from_numpy(x[b]) for x in (actions_rb, rewards_rb, dones_rb))
-                rows = torch.arange(args.batch_size)
+                b_obs, b_next_obs = torch.as_tensor(obs_rb[b], device=device), torch.as_tensor(next_obs_rb[b], device=device)
+                b_actions, b_rewards, b_dones = (torch.as_tensor(x[b], device=device) for x in (actions_rb, rewards_rb, dones_rb))
+                rows = torch.arange(args.batch_size, device=device)
                 with torch.no_grad():
                     next_probs = torch.softmax(target_network(b_next_obs), dim=-1)  # (B, A, N)
                     next_actions = (next_probs * atoms).sum(dim=-1).argmax(dim=-1)

@@ -32,6 +32,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
     """gymnasium environment id (Box actions with finite bounds)"""
     total_timesteps: int = 30_000
@@ -167,7 +169,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     space = env.action_space
     actor = Actor(int(np.prod(env.observation_space.shape)), int(np.prod(space.shape)), hidden_size,
                   (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
-    actor.load_state_dict(torch.load(model_path)["actor"])
+    actor.load_state_dict(torch.load(model_path, map_location="cpu")["actor"])
     returns = []
     for episode in range(eval_episodes):
         obs, _ = env.reset(seed=seed + episode)
@@ -202,25 +204,29 @@ def train(args: Args) -> dict:
     # the machine was loaded), so the test suite, which runs one worker per core, sets
     # OMP_NUM_THREADS=1 (tests/conftest.py) and this line keeps that.
     torch.set_num_threads(min(2, torch.get_num_threads()))
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args.env_id, 1)
     envs.action_space.seed(args.seed)
     space = envs.single_action_space
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(space.shape))
-    action_scale = torch.as_tensor((space.high - space.low) / 2.0, dtype=torch.float32)
-    action_low = torch.as_tensor(space.low, dtype=torch.float32)
-    action_high = torch.as_tensor(space.high, dtype=torch.float32)
+    action_scale = torch.as_tensor((space.high - space.low) / 2.0, dtype=torch.float32, device=device)
+    action_low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
+    action_high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
     actor = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
     actor_target = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
     actor_target.load_state_dict(actor.state_dict())
     qf, qf_target = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
     qf_target.load_state_dict(qf.state_dict())
+    for net in (actor, actor_target, qf, qf_target):
+        net.to(device)
     target_params = list(qf_target.parameters()) + list(actor_target.parameters())
     online_params = list(qf.parameters()) + list(actor.parameters())
     q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate)
 
+    # buffers on the host; each sampled batch moves to the device
     # Replay buffer: flat arrays, written in a ring.
     capacity = min(args.buffer_size, args.total_timesteps)
     obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
@@ -241,9 +247,9 @@ def train(args: Args) -> dict:
             actions = envs.action_space.sample()
         else:
             with torch.no_grad():
-                mu = actor(torch.as_tensor(obs, dtype=torch.float32))
+                mu = actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
                 noisy = mu + torch.randn_like(mu) * action_scale * args.exploration_noise
-                actions = torch.max(torch.min(noisy, action_high), action_low).numpy()
+                actions = torch.max(torch.min(noisy, action_high), action_low).cpu().numpy()
         next_obs, reward, terminated, truncated, infos = envs.step(actions)
         ep_return += reward
         ep_length += 1
@@ -266,9 +272,9 @@ def train(args: Args) -> dict:
 
         # ---- one gradient step: critic, actor, then the Polyak targets
         idx = np.random.randint(0, min(global_step, capacity), size=args.batch_size)
-        b_obs, b_next_obs = torch.as_tensor(obs_buf[idx]), torch.as_tensor(next_obs_buf[idx])
-        b_actions = torch.as_tensor(actions_buf[idx])
-        b_rewards, b_terminated = torch.as_tensor(rewards_buf[idx]), torch.as_tensor(terminated_buf[idx])
+        b_obs, b_next_obs = torch.as_tensor(obs_buf[idx], device=device), torch.as_tensor(next_obs_buf[idx], device=device)
+        b_actions = torch.as_tensor(actions_buf[idx], device=device)
+        b_rewards, b_terminated = torch.as_tensor(rewards_buf[idx], device=device), torch.as_tensor(terminated_buf[idx], device=device)
 
         with torch.no_grad():
             target = ddpg_target(b_rewards, b_terminated, qf_target(b_next_obs, actor_target(b_next_obs)), args.gamma)

@@ -48,6 +48,9 @@ from tensorboardX import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environment"""
+    cuda: bool = True
+    """accepted for parity with the deep scripts (CleanRL's convention): the tabular Q table stays on
+    the CPU either way (one tiny update per environment step gains nothing from a GPU)"""
     env_id: str = "DynaMaze-v0"
     """DynaMaze-v0, BlockingMaze-v0, ShortcutMaze-v0 (algos/mazes.py), or a gymnasium id with Discrete spaces"""
     total_timesteps: int = 3000
@@ -225,6 +228,8 @@ def train(args: Args) -> dict:
 
     # Each step makes two small jitted calls: run them on the calling thread (speed only, no number changes).
     jax.config.update("jax_cpu_enable_async_dispatch", False)
+    # the tabular Q table stays on the CPU whatever --cuda says (see Args.cuda)
+    jax.config.update("jax_default_device", jax.devices("cpu")[0])
     # Seeding: python, numpy, jax and the environment.
     random.seed(args.seed)
     np.random.seed(args.seed)

@@ -45,6 +45,9 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environment"""
+    cuda: bool = True
+    """accepted for parity with the deep scripts (CleanRL's convention): the tabular Q table stays on
+    the CPU either way (one tiny update per environment step gains nothing from a GPU)"""
     env_id: str = "DynaMaze-v0"
     """DynaMaze-v0, BlockingMaze-v0, ShortcutMaze-v0 (algos/mazes.py), or a gymnasium id with Discrete spaces"""
     total_timesteps: int = 3000
@@ -203,7 +206,7 @@ def run_policy(env, policy, episodes, seed, max_steps=1000):
 def evaluate(model_path, env_id, eval_episodes, seed, env_kwargs):
     """Load the saved Q table; run its greedy policy (env_kwargs: the layout the training ended in)."""
     env = make_env(env_id, **env_kwargs)
-    Q = torch.load(model_path)["q"]
+    Q = torch.load(model_path, map_location="cpu")["q"]
     returns = run_policy(env, Q.argmax(-1).numpy(), eval_episodes, seed)
     env.close()
     return returns
@@ -224,6 +227,7 @@ def train(args: Args) -> dict:
     generator = torch.Generator().manual_seed(args.seed)
     # One intra-op thread: the tables are tiny and each step is a handful of small ops.
     torch.set_num_threads(1)
+    # the tabular Q table stays on the CPU whatever --cuda says (see Args.cuda)
 
     env = make_env(args.env_id, **({} if args.change_at is None else {"change_at": args.change_at}))
     maze = env.unwrapped if isinstance(env.unwrapped, mazes.MazeEnv) else None

@@ -47,6 +47,8 @@ from tensorboardX import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
     """gymnasium environment id (Box actions with finite bounds, a termination rule in TERMINATION_FNS)"""
     total_timesteps: int = 3_000
@@ -454,6 +456,9 @@ def train(args: Args) -> dict:
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
     key = jax.random.PRNGKey(args.seed)
 
     envs = make_envs(args.env_id, 1)
@@ -565,6 +570,7 @@ def train(args: Args) -> dict:
         model_fn = lambda obs, actions: model.apply(model_params, norm, jnp.concatenate([obs, actions], -1))
         return model_rollout(model_fn, policy_fn, start_obs, members, model_noise, action_noise, termination_fn), key
 
+    # buffers on the host; each sampled batch moves to the device
     # Real buffer: every real transition (total_timesteps of them). Model buffer: a ring.
     capacity = args.total_timesteps
     obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)

@@ -44,6 +44,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
     """gymnasium environment id (Box actions with finite bounds, a termination rule in TERMINATION_FNS)"""
     total_timesteps: int = 3_000
@@ -227,7 +229,7 @@ def select_elites(holdout_losses, num_elites):
 
 def no_termination(obs, actions, next_obs):
     """Pendulum never terminates (only the 200-step time limit truncates): all False."""
-    return torch.zeros(obs.shape[0], dtype=torch.bool)
+    return torch.zeros(obs.shape[0], dtype=torch.bool, device=obs.device)
 
 
 # The termination rule of model rollouts, per env (the model predicts s' and r, not done).
@@ -241,8 +243,8 @@ def model_rollout(model_fn, policy_fn, start_obs, members, model_noise, action_n
     sample mean + exp(log_var / 2) * model_noise[t]. A rollout stops once termination_fn says so:
     valid[t, i] is False for the steps after it. Returns the stacked transitions, leading axes (T, N)."""
     n, obs_dim = start_obs.shape
-    rows = torch.arange(n)
-    obs, alive = start_obs, torch.ones(n, dtype=torch.bool)
+    rows = torch.arange(n, device=start_obs.device)
+    obs, alive = start_obs, torch.ones(n, dtype=torch.bool, device=start_obs.device)
     out = {k: [] for k in ("obs", "actions", "rewards", "next_obs", "terminated", "valid")}
     for t in range(members.shape[0]):
         actions = policy_fn(obs, action_noise[t])
@@ -404,7 +406,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     space = env.action_space
     actor = Actor(int(np.prod(env.observation_space.shape)), int(np.prod(space.shape)), hidden_size,
                   (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
-    actor.load_state_dict(torch.load(model_path)["actor"])
+    actor.load_state_dict(torch.load(model_path, map_location="cpu")["actor"])
     returns = []
     for episode in range(eval_episodes):
         obs, _ = env.reset(seed=seed + episode)
@@ -434,6 +436,7 @@ def train(args: Args) -> dict:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(min(2, torch.get_num_threads()))  # see algos/sac_torch.py
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args.env_id, 1)
     envs.action_space.seed(args.seed)
@@ -445,19 +448,22 @@ def train(args: Args) -> dict:
     qf1_target, qf2_target = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
     qf1_target.load_state_dict(qf1.state_dict())
     qf2_target.load_state_dict(qf2.state_dict())
+    for net in (actor, qf1, qf2, qf1_target, qf2_target):
+        net.to(device)
     q_params = list(qf1.parameters()) + list(qf2.parameters())
     target_params = list(qf1_target.parameters()) + list(qf2_target.parameters())
     q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
     target_entropy = -float(action_dim)
-    log_alpha = torch.tensor(np.log(args.alpha), dtype=torch.float32, requires_grad=args.autotune)
+    log_alpha = torch.tensor(np.log(args.alpha), dtype=torch.float32, device=device, requires_grad=args.autotune)
     alpha_optimizer = torch.optim.Adam([log_alpha], lr=args.alpha_lr)
     model = DynamicsEnsemble(args.ensemble_size, obs_dim + action_dim, obs_dim + 1, args.model_hidden_size,
-                             args.model_layers)
+                             args.model_layers).to(device)
     model_optimizer = torch.optim.Adam(model.parameters(), lr=args.model_lr)
     termination_fn = TERMINATION_FNS[args.env_id]
     elites = np.arange(args.num_elites)
 
+    # buffers on the host; each sampled batch moves to the device
     # Real buffer: every real transition (total_timesteps of them). Model buffer: a ring.
     capacity = args.total_timesteps
     obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
@@ -478,11 +484,12 @@ def train(args: Args) -> dict:
         perm = np.random.permutation(n)
         n_holdout = max(1, int(n * args.holdout_ratio))
         train_idx, holdout_idx = perm[n_holdout:], perm[:n_holdout]
-        inputs = torch.as_tensor(np.concatenate([obs_buf[:n], actions_buf[:n]], -1))
-        targets = torch.as_tensor(np.concatenate([next_obs_buf[:n] - obs_buf[:n], rewards_buf[:n, None]], -1))
+        inputs = torch.as_tensor(np.concatenate([obs_buf[:n], actions_buf[:n]], -1), device=device)
+        targets = torch.as_tensor(np.concatenate([next_obs_buf[:n] - obs_buf[:n], rewards_buf[:n, None]], -1), device=device)
         model.input_mean, model.input_std = fit_normaliser(inputs[train_idx])
         for _ in range(args.model_train_steps):
-            idx = torch.as_tensor(train_idx[np.random.randint(0, len(train_idx), (args.ensemble_size, args.model_batch_size))])
+            idx = torch.as_tensor(train_idx[np.random.randint(0, len(train_idx), (args.ensemble_size, args.model_batch_size))],
+                                  device=device)
             mean, log_var = model(inputs[idx])
             loss = model_loss(mean, log_var, targets[idx], model.max_log_var, model.min_log_var)
             model_optimizer.zero_grad()
@@ -490,7 +497,7 @@ def train(args: Args) -> dict:
             model_optimizer.step()
         with torch.no_grad():
             mean, _ = model(inputs[holdout_idx])
-            holdout_mse = ((mean - targets[holdout_idx]) ** 2).mean((-2, -1)).numpy()
+            holdout_mse = ((mean - targets[holdout_idx]) ** 2).mean((-2, -1)).cpu().numpy()
         return loss.item(), holdout_mse
 
     def policy_fn(obs, noise):
@@ -511,7 +518,7 @@ def train(args: Args) -> dict:
             actions = envs.action_space.sample()
         else:
             with torch.no_grad():
-                actions = actor.sample(torch.as_tensor(obs, dtype=torch.float32))[0].numpy()
+                actions = actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
         next_obs, reward, terminated, truncated, infos = envs.step(actions)
         ep_return += reward
         ep_length += 1
@@ -541,12 +548,13 @@ def train(args: Args) -> dict:
             start = np.random.randint(0, global_step, size=args.rollout_batch_size)
             members = elites[np.random.randint(0, args.num_elites, size=(length, args.rollout_batch_size))]
             with torch.no_grad():
-                rollout = model_rollout(model_fn, policy_fn, torch.as_tensor(obs_buf[start]), torch.as_tensor(members),
-                                        torch.randn(length, args.rollout_batch_size, obs_dim + 1),
-                                        torch.randn(length, args.rollout_batch_size, action_dim), termination_fn)
-            valid = rollout.pop("valid").numpy().reshape(-1)
+                rollout = model_rollout(model_fn, policy_fn, torch.as_tensor(obs_buf[start], device=device),
+                                        torch.as_tensor(members, device=device),
+                                        torch.randn(length, args.rollout_batch_size, obs_dim + 1, device=device),
+                                        torch.randn(length, args.rollout_batch_size, action_dim, device=device), termination_fn)
+            valid = rollout.pop("valid").cpu().numpy().reshape(-1)
             for k, v in rollout.items():
-                v = v.numpy().reshape(length * args.rollout_batch_size, *v.shape[2:])[valid]
+                v = v.cpu().numpy().reshape(length * args.rollout_batch_size, *v.shape[2:])[valid]
                 slots = (model_ptr + np.arange(len(v))) % args.model_buffer_size
                 model_buf[k][slots] = v
             model_ptr = (model_ptr + int(valid.sum())) % args.model_buffer_size
@@ -558,11 +566,11 @@ def train(args: Args) -> dict:
         for _ in range(args.updates_per_step):
             idx_r = np.random.randint(0, global_step, size=n_real)
             idx_m = np.random.randint(0, model_count, size=n_model)
-            b_obs = torch.as_tensor(np.concatenate([obs_buf[idx_r], model_buf["obs"][idx_m]]))
-            b_next_obs = torch.as_tensor(np.concatenate([next_obs_buf[idx_r], model_buf["next_obs"][idx_m]]))
-            b_actions = torch.as_tensor(np.concatenate([actions_buf[idx_r], model_buf["actions"][idx_m]]))
-            b_rewards = torch.as_tensor(np.concatenate([rewards_buf[idx_r], model_buf["rewards"][idx_m]]))
-            b_terminated = torch.as_tensor(np.concatenate([terminated_buf[idx_r], model_buf["terminated"][idx_m]]))
+            b_obs = torch.as_tensor(np.concatenate([obs_buf[idx_r], model_buf["obs"][idx_m]]), device=device)
+            b_next_obs = torch.as_tensor(np.concatenate([next_obs_buf[idx_r], model_buf["next_obs"][idx_m]]), device=device)
+            b_actions = torch.as_tensor(np.concatenate([actions_buf[idx_r], model_buf["actions"][idx_m]]), device=device)
+            b_rewards = torch.as_tensor(np.concatenate([rewards_buf[idx_r], model_buf["rewards"][idx_m]]), device=device)
+            b_terminated = torch.as_tensor(np.concatenate([terminated_buf[idx_r], model_buf["terminated"][idx_m]]), device=device)
             alpha = log_alpha.detach().exp()
 
             with torch.no_grad():

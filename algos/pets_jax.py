@@ -50,6 +50,8 @@ from tensorboardX import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
     """gymnasium environment id (Box actions; its reward function must be known to this script)"""
     total_timesteps: int = 3_000
@@ -384,6 +386,9 @@ def train(args: Args) -> dict:
     check_args(args)
     # One small jitted call per environment step: run it on the calling thread (docs/contributing.md).
     jax.config.update("jax_cpu_enable_async_dispatch", False)
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)

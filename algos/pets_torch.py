@@ -48,6 +48,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
     """gymnasium environment id (Box actions; its reward function must be known to this script)"""
     total_timesteps: int = 3_000
@@ -234,12 +236,13 @@ def fit_ensemble(model, optimizer, inputs, targets, num_updates, batch_size, bou
     Normalisation statistics are refreshed from all the data first. Returns the last loss."""
     model.set_normalizer(inputs, targets)
     n, E = len(inputs), model.ensemble_size
-    x = (torch.as_tensor(inputs) - model.in_mean) / model.in_std
-    y = (torch.as_tensor(targets) - model.out_mean) / model.out_std
-    bootstrap = torch.as_tensor(rng.integers(0, n, size=(E, n)))
-    loss = torch.zeros(())
+    device = model.in_mean.device  # the data moves to the model's device; rng stays on the host
+    x = (torch.as_tensor(inputs, device=device) - model.in_mean) / model.in_std
+    y = (torch.as_tensor(targets, device=device) - model.out_mean) / model.out_std
+    bootstrap = torch.as_tensor(rng.integers(0, n, size=(E, n)), device=device)
+    loss = torch.zeros((), device=device)
     for _ in range(num_updates):
-        idx = torch.gather(bootstrap, 1, torch.as_tensor(rng.integers(0, n, size=(E, batch_size))))
+        idx = torch.gather(bootstrap, 1, torch.as_tensor(rng.integers(0, n, size=(E, batch_size)), device=device))
         mean, logvar = model(x[idx])
         loss = ensemble_loss(mean, logvar, y[idx], model.max_logvar, model.min_logvar, bound_coef)
         optimizer.zero_grad()
@@ -294,7 +297,8 @@ class Planner:
 
     def __init__(self, model, args, low, high):
         self.model, self.args = model, args
-        self.low, self.high = torch.as_tensor(low), torch.as_tensor(high)
+        self.device = model.in_mean.device  # plan where the model lives
+        self.low, self.high = torch.as_tensor(low, device=self.device), torch.as_tensor(high, device=self.device)
         self.fill = (self.low + self.high) / 2.0
         self.init_std = (self.high - self.low) / 4.0
         self.mean = self.fill.repeat(args.horizon, 1)
@@ -305,12 +309,12 @@ class Planner:
         a, E, P = self.args, self.model.ensemble_size, self.args.particles
         actions = samples.repeat_interleave(P, 0)  # (population * P, horizon, action_dim)
         state = obs.expand(actions.shape[0], -1)
-        total = torch.zeros(actions.shape[0])
+        total = torch.zeros(actions.shape[0], device=self.device)
         for t in range(a.horizon):
             total = total + pendulum_reward(state, actions[:, t])
-            perm = torch.randperm(actions.shape[0])
+            perm = torch.randperm(actions.shape[0], device=self.device)
             x = ts1_group(torch.cat([state, actions[:, t]], -1), perm, E)
-            delta = self.model.sample(x, torch.randn(E, x.shape[1], state.shape[-1]))
+            delta = self.model.sample(x, torch.randn(E, x.shape[1], state.shape[-1], device=self.device))
             state = state + ts1_ungroup(delta, perm)
         return total.reshape(-1, P).mean(1)
 
@@ -318,12 +322,12 @@ class Planner:
     def act(self, obs):
         """Plan from obs (obs_dim,), return the first action; keep the shifted mean for the next step."""
         a = self.args
-        obs = torch.as_tensor(obs, dtype=torch.float32)
-        noise = torch.randn(a.cem_iterations, a.population, a.horizon, self.low.shape[0])
+        obs = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        noise = torch.randn(a.cem_iterations, a.population, a.horizon, self.low.shape[0], device=self.device)
         mean = cem_optimize(lambda samples, i: self.returns(obs, samples), self.mean, self.init_std.expand_as(self.mean),
                             self.low, self.high, noise, a.num_elites, a.cem_smoothing)
         self.mean = shift_mean(mean, self.fill)
-        return mean[0].numpy()
+        return mean[0].cpu().numpy()
 
     def reset(self):
         self.mean = self.fill.repeat(self.args.horizon, 1)
@@ -335,7 +339,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, args):
     space = env.action_space
     obs_dim, action_dim = int(np.prod(env.observation_space.shape)), int(np.prod(space.shape))
     model = ProbabilisticEnsemble(args.ensemble_size, obs_dim + action_dim, obs_dim, args.hidden_size)
-    model.load_state_dict(torch.load(model_path))
+    model.load_state_dict(torch.load(model_path, map_location="cpu"))
     planner = Planner(model, args, space.low, space.high)
     returns = []
     for episode in range(eval_episodes):
@@ -367,13 +371,14 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(args.seed)
     # Intra-op threads: one. The planner's matmuls are small (population * particles rows).
     torch.set_num_threads(1)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args.env_id, 1)
     envs.action_space.seed(args.seed)
     space = envs.single_action_space
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(space.shape))
-    model = ProbabilisticEnsemble(args.ensemble_size, obs_dim + action_dim, obs_dim, args.hidden_size)
+    model = ProbabilisticEnsemble(args.ensemble_size, obs_dim + action_dim, obs_dim, args.hidden_size).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.model_lr)
     planner = Planner(model, args, space.low, space.high)
 

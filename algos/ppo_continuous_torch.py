@@ -38,6 +38,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "InvertedPendulum-v5"
     """gymnasium environment id (continuous Box actions)"""
     total_timesteps: int = 100_000
@@ -248,7 +250,7 @@ def evaluate(model_path, env_id, eval_episodes, seed):
     deterministic policy (the mean action, clipped to the bounds) with the statistics frozen."""
     env = gym.make(env_id)
     agent = Agent(int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape)))
-    saved = torch.load(model_path)
+    saved = torch.load(model_path, map_location="cpu")
     agent.load_state_dict(saved["agent"])
     obs_mean, obs_var = saved["obs_mean"].numpy(), saved["obs_var"].numpy()
     returns = []
@@ -286,12 +288,13 @@ def train(args: Args) -> dict:
     # One intra-op thread: the networks are tiny, a second thread costs more than it saves, and a
     # fixed count keeps float reductions (so seeded runs) the same on any machine and in any process.
     torch.set_num_threads(1)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args.env_id, args.num_envs)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
-    agent = Agent(obs_dim, action_dim)
+    agent = Agent(obs_dim, action_dim).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # Running statistics: observations (per feature) and the discounted return (for the reward scale).
@@ -299,13 +302,13 @@ def train(args: Args) -> dict:
     return_rms = RunningMeanStd()
     discounted_return = np.zeros(args.num_envs)
 
-    # Rollout storage, (T, N, ...).
-    obs_buf = torch.zeros((args.num_steps, args.num_envs, obs_dim))
-    actions_buf = torch.zeros((args.num_steps, args.num_envs, action_dim))
-    logps_buf = torch.zeros((args.num_steps, args.num_envs))
-    rewards_buf = torch.zeros((args.num_steps, args.num_envs))
-    dones_buf = torch.zeros((args.num_steps, args.num_envs))
-    values_buf = torch.zeros((args.num_steps, args.num_envs))
+    # Rollout storage, (T, N, ...), on the device (CleanRL's layout).
+    obs_buf = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)
+    actions_buf = torch.zeros((args.num_steps, args.num_envs, action_dim), device=device)
+    logps_buf = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards_buf = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones_buf = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values_buf = torch.zeros((args.num_steps, args.num_envs), device=device)
 
     episode_returns, recent = [], []
     ep_return = np.zeros(args.num_envs)
@@ -314,7 +317,7 @@ def train(args: Args) -> dict:
     start_time = time.time()
     raw_obs = envs.reset(seed=args.seed)[0]
     obs_rms.update(raw_obs)
-    next_obs = torch.as_tensor(normalize_obs(raw_obs, obs_rms.mean, obs_rms.var))
+    next_obs = torch.as_tensor(normalize_obs(raw_obs, obs_rms.mean, obs_rms.var), device=device)
 
     for iteration in range(1, num_iterations + 1):
         if args.anneal_lr:
@@ -331,7 +334,7 @@ def train(args: Args) -> dict:
             # The environment gets the action clipped to its bounds; the buffer keeps the sample
             # itself, whose log-prob is the one the ratio needs.
             raw_obs, reward, terminated, truncated, infos = envs.step(
-                np.clip(action.numpy(), action_low, action_high))
+                np.clip(action.cpu().numpy(), action_low, action_high))
             ep_return += reward
             ep_length += 1
             done = terminated | truncated
@@ -348,11 +351,11 @@ def train(args: Args) -> dict:
             if only_truncated.any():
                 final_obs = normalize_obs(np.stack(infos["final_obs"][only_truncated]), obs_rms.mean, obs_rms.var)
                 with torch.no_grad():
-                    scaled_reward[only_truncated] += args.gamma * agent.get_value(torch.as_tensor(final_obs)).numpy()
-            rewards_buf[step] = torch.as_tensor(scaled_reward)
-            dones_buf[step] = torch.as_tensor(done, dtype=torch.float32)
+                    scaled_reward[only_truncated] += args.gamma * agent.get_value(torch.as_tensor(final_obs, device=device)).cpu().numpy()
+            rewards_buf[step] = torch.as_tensor(scaled_reward, device=device)
+            dones_buf[step] = torch.as_tensor(done, dtype=torch.float32, device=device)
             obs_rms.update(raw_obs)
-            next_obs = torch.as_tensor(normalize_obs(raw_obs, obs_rms.mean, obs_rms.var))
+            next_obs = torch.as_tensor(normalize_obs(raw_obs, obs_rms.mean, obs_rms.var), device=device)
             for i in np.flatnonzero(done):
                 episode_returns.append((global_step, float(ep_return[i])))
                 recent = [r for _, r in episode_returns[-20:]]
@@ -372,7 +375,7 @@ def train(args: Args) -> dict:
         b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values_buf.reshape(-1)
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
         for epoch in range(args.update_epochs):
-            perm = torch.randperm(batch_size)
+            perm = torch.randperm(batch_size, device=device)
             for start in range(0, batch_size, minibatch_size):
                 mb = perm[start:start + minibatch_size]
                 logp, entropy, value = agent.evaluate_actions(b_obs[mb], b_actions[mb])

@@ -38,6 +38,9 @@ from tensorboardX import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """accepted for parity with the deep scripts (CleanRL's convention): the tabular Q table stays on
+    the CPU either way (one tiny update per environment step gains nothing from a GPU)"""
     env_id: str = "FrozenLake-v1"
     """gymnasium environment id (Discrete observations and actions; slippery by default)"""
     total_timesteps: int = 200_000
@@ -195,6 +198,8 @@ def train(args: Args) -> dict:
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
+    # the tabular Q table stays on the CPU whatever --cuda says (see Args.cuda)
+    jax.config.update("jax_default_device", jax.devices("cpu")[0])
     key = jax.random.PRNGKey(args.seed)
 
     envs = make_envs(args.env_id, args.num_envs)

@@ -36,6 +36,9 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """accepted for parity with the deep scripts (CleanRL's convention): the tabular Q table stays on
+    the CPU either way (one tiny update per environment step gains nothing from a GPU)"""
     env_id: str = "FrozenLake-v1"
     """gymnasium environment id (Discrete observations and actions; slippery by default)"""
     total_timesteps: int = 200_000
@@ -174,7 +177,7 @@ def run_policy(env, policy, episodes, seed):
 def evaluate(model_path, env_id, eval_episodes, seed):
     """Load the saved Q table; run its greedy policy."""
     env = gym.make(env_id)
-    Q = torch.load(model_path)["q"]
+    Q = torch.load(model_path, map_location="cpu")["q"]
     returns = run_policy(env, Q.argmax(-1).numpy(), eval_episodes, seed)
     env.close()
     return returns
@@ -196,6 +199,7 @@ def train(args: Args) -> dict:
     # One intra-op thread: the tables are tiny and each step is a handful of small ops; with the
     # default thread pool a 200k-step run took 165 s here under load, with one thread 9 s.
     torch.set_num_threads(1)
+    # the tabular Q table stays on the CPU whatever --cuda says (see Args.cuda)
 
     envs = make_envs(args.env_id, args.num_envs)
     num_states, num_actions = int(envs.single_observation_space.n), int(envs.single_action_space.n)

@@ -38,6 +38,8 @@ from tensorboardX import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     total_timesteps: int = 100_000
@@ -255,6 +257,9 @@ def train(args: Args) -> dict:
     # worker thread and wait for it (the counterpart of the torch twin's single intra-op thread).
     # Read when the CPU backend starts, so it must come before the first JAX operation.
     jax.config.update("jax_cpu_enable_async_dispatch", False)
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
     key = jax.random.PRNGKey(args.seed)
     rng = np.random.default_rng(args.seed)  # replay sampling
 
@@ -292,6 +297,7 @@ def train(args: Args) -> dict:
 
     soft_update = jax.jit(lambda params, target_params: optax.incremental_update(params, target_params, args.tau))
 
+    # buffers on the host; each sampled batch moves to the device
     # Replay buffer: a ring of preallocated arrays. next_obs holds the true next observation
     # (final_obs at an episode end), dones the `terminated` flag only.
     obs_rb = np.zeros((args.buffer_size, obs_dim), dtype=np.float32)

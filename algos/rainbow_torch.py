@@ -35,6 +35,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     total_timesteps: int = 100_000
@@ -220,7 +222,8 @@ class NoisyLinear(nn.Module):
     def forward(self, x):
         if not self.training:
             return x @ self.mu_w + self.mu_b
-        eps_in, eps_out = torch.randn(self.mu_w.shape[0]), torch.randn(self.mu_w.shape[1])
+        eps_in = torch.randn(self.mu_w.shape[0], device=self.mu_w.device)
+        eps_out = torch.randn(self.mu_w.shape[1], device=self.mu_w.device)
         return noisy_linear(x, self.mu_w, self.sigma_w, self.mu_b, self.sigma_b, eps_in, eps_out)
 
 
@@ -254,7 +257,7 @@ class QNetwork(nn.Module):
         """Greedy with respect to one noisy draw of the network (the noise is the exploration);
         uniform-random actions while explore is true (the warm-up)."""
         greedy = self.q_values(obs).argmax(dim=-1)
-        random_actions = torch.randint(self.num_actions, (obs.shape[0],))
+        random_actions = torch.randint(self.num_actions, (obs.shape[0],), device=obs.device)
         return random_actions if explore else greedy
 
 
@@ -306,7 +309,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, n_atoms, v_min, v_max):
     """Load the saved parameters into a fresh network; run the greedy (argmax) policy, noise off."""
     env = gym.make(env_id)
     q_network = QNetwork(int(np.prod(env.observation_space.shape)), int(env.action_space.n), n_atoms, v_min, v_max, 0.0)
-    q_network.load_state_dict(torch.load(model_path))
+    q_network.load_state_dict(torch.load(model_path, map_location="cpu"))
     q_network.eval()
     returns = []
     for episode in range(eval_episodes):
@@ -340,16 +343,18 @@ def train(args: Args) -> dict:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # tiny networks: intra-op threads cost far more than they save here
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(args.seed)  # prioritised replay sampling
 
     envs = make_envs(args.env_id, args.num_envs)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     q_network = QNetwork(obs_dim, int(envs.single_action_space.n), args.n_atoms, args.v_min, args.v_max,
-                         args.noisy_std)
+                         args.noisy_std).to(device)
     target_network = copy.deepcopy(q_network)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
     atoms = q_network.atoms
 
+    # buffers on the host; each sampled batch moves to the device
     # Replay buffer: a ring of preallocated arrays of n-step transitions. next_obs holds the true
     # observation n steps on (final_obs at an episode end), dones the `terminated` flag only, and
     # discounts gamma^k for the k rewards summed into the transition.
@@ -374,7 +379,7 @@ def train(args: Args) -> dict:
     for iteration in range(1, num_iterations + 1):
         global_step += args.num_envs
         # uniform-random warm-up fills the buffer; after it, the noisy layers explore
-        action = q_network.act(torch.from_numpy(obs), global_step <= args.learning_starts).numpy()
+        action = q_network.act(torch.as_tensor(obs, device=device), global_step <= args.learning_starts).cpu().numpy()
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         ep_return += reward
         ep_length += 1
@@ -408,24 +413,24 @@ def train(args: Args) -> dict:
                 b, priorities = tree.sample(args.batch_size, rng, rb_size)
                 beta = min(1.0, args.beta_start + (1.0 - args.beta_start) * global_step / args.total_timesteps)
                 b_weights = importance_weights(priorities / tree.total(), rb_size, beta).astype(np.float32)
-                b_obs, b_next_obs = torch.from_numpy(obs_rb[b]), torch.from_numpy(next_obs_rb[b])
+                b_obs, b_next_obs = torch.as_tensor(obs_rb[b], device=device), torch.as_tensor(next_obs_rb[b], device=device)
                 b_actions, b_rewards, b_dones, b_discounts = (
-                    torch.from_numpy(x[b]) for x in (actions_rb, rewards_rb, dones_rb, discounts_rb))
-                rows = torch.arange(args.batch_size)
+                    torch.as_tensor(x[b], device=device) for x in (actions_rb, rewards_rb, dones_rb, discounts_rb))
+                rows = torch.arange(args.batch_size, device=device)
                 with torch.no_grad():
                     # double: the online network selects the next action, the target network scores it
                     next_actions = q_network.q_values(b_next_obs).argmax(dim=-1)
                     next_probs = torch.softmax(target_network(b_next_obs), dim=-1)[rows, next_actions]
                     target_probs = categorical_projection(next_probs, b_rewards, b_dones, b_discounts, atoms)
                 logits = q_network(b_obs)[rows, b_actions]
-                loss, cross_entropy = weighted_categorical_loss(logits, target_probs, torch.from_numpy(b_weights))
+                loss, cross_entropy = weighted_categorical_loss(logits, target_probs, torch.as_tensor(b_weights, device=device))
                 if args.anneal_lr:  # linear from learning_rate to 0 over the gradient steps (optax.linear_schedule in the JAX twin)
                     optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - num_updates / max(num_gradient_steps, 1))
                 optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
                 optimizer.step()
-                new_priorities = cross_entropy.detach().numpy().astype(np.float64) + args.prior_eps
+                new_priorities = cross_entropy.detach().cpu().numpy().astype(np.float64) + args.prior_eps
                 tree.update(b, new_priorities ** args.alpha)
                 max_priority = max(max_priority, float(new_priorities.max()))
                 num_updates += 1

@@ -48,6 +48,8 @@ from tensorboardX import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     total_timesteps: int = 300_000
@@ -235,6 +237,9 @@ def train(args: Args) -> dict:
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
     key = jax.random.PRNGKey(args.seed)
 
     envs = make_envs(args.env_id, args.num_envs)

@@ -44,6 +44,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     total_timesteps: int = 300_000
@@ -188,7 +190,7 @@ def evaluate(model_path, env_id, eval_episodes, seed):
     """Load the saved parameters into a fresh network; run the greedy (argmax) policy."""
     env = gym.make(env_id)
     agent = Agent(int(np.prod(env.observation_space.shape)), int(env.action_space.n))
-    agent.load_state_dict(torch.load(model_path))
+    agent.load_state_dict(torch.load(model_path, map_location="cpu"))
     returns = []
     for episode in range(eval_episodes):
         obs, _ = env.reset(seed=seed + episode)
@@ -220,10 +222,11 @@ def train(args: Args) -> dict:
     # One intra-op thread: the networks are tiny, a second thread costs more than it saves, and a
     # fixed count keeps float reductions (so seeded runs) the same on any machine and in any process.
     torch.set_num_threads(1)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args.env_id, args.num_envs)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
-    agent = Agent(obs_dim, int(envs.single_action_space.n))
+    agent = Agent(obs_dim, int(envs.single_action_space.n)).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate)
 
     @torch.no_grad()
@@ -257,10 +260,10 @@ def train(args: Args) -> dict:
         obs_l, actions_l, rewards_l, dones_l, mask_l = [], [], [], [], []
         ep_return = np.zeros(args.num_envs)
         while active.any():
-            obs_t = torch.as_tensor(next_obs, dtype=torch.float32)
+            obs_t = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
             with torch.no_grad():
                 action = agent.act(obs_t)
-            next_obs, reward, terminated, truncated, infos = envs.step(action.numpy())
+            next_obs, reward, terminated, truncated, infos = envs.step(action.cpu().numpy())
             done = (terminated | truncated) & active
             reward = np.where(active, reward, 0.0).astype(np.float32)
             ep_return += reward
@@ -269,9 +272,9 @@ def train(args: Args) -> dict:
             # estimate of it and the episode is cut there.
             only_truncated = truncated & ~terminated & active
             if args.baseline and only_truncated.any():
-                final_obs = torch.as_tensor(np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32)
+                final_obs = torch.as_tensor(np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device)
                 with torch.no_grad():
-                    reward[only_truncated] += args.gamma * agent.get_value(final_obs).numpy()
+                    reward[only_truncated] += args.gamma * agent.get_value(final_obs).cpu().numpy()
             obs_l.append(obs_t)
             actions_l.append(action)
             rewards_l.append(reward)
@@ -287,9 +290,9 @@ def train(args: Args) -> dict:
 
         obs_b = torch.stack(obs_l)
         actions_b = torch.stack(actions_l)
-        rewards_b = torch.as_tensor(np.stack(rewards_l))
-        dones_b = torch.as_tensor(np.stack(dones_l))
-        mask_b = torch.as_tensor(np.stack(mask_l))
+        rewards_b = torch.as_tensor(np.stack(rewards_l), device=device)
+        dones_b = torch.as_tensor(np.stack(dones_l), device=device)
+        mask_b = torch.as_tensor(np.stack(mask_l), device=device)
 
         # ---- weights: reward-to-go (or the episode return G_0 at every step), minus V(s_t)
         returns = returns_to_go(rewards_b, dones_b, args.gamma)

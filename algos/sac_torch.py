@@ -35,6 +35,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
     """gymnasium environment id (Box actions with finite bounds)"""
     total_timesteps: int = 30_000
@@ -225,7 +227,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     space = env.action_space
     actor = Actor(int(np.prod(env.observation_space.shape)), int(np.prod(space.shape)), hidden_size,
                   (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
-    actor.load_state_dict(torch.load(model_path)["actor"])
+    actor.load_state_dict(torch.load(model_path, map_location="cpu")["actor"])
     returns = []
     for episode in range(eval_episodes):
         obs, _ = env.reset(seed=seed + episode)
@@ -260,6 +262,7 @@ def train(args: Args) -> dict:
     # the machine was loaded), so the test suite, which runs one worker per core, sets
     # OMP_NUM_THREADS=1 (tests/conftest.py) and this line keeps that.
     torch.set_num_threads(min(2, torch.get_num_threads()))
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args.env_id, 1)
     envs.action_space.seed(args.seed)
@@ -271,14 +274,17 @@ def train(args: Args) -> dict:
     qf1_target, qf2_target = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
     qf1_target.load_state_dict(qf1.state_dict())
     qf2_target.load_state_dict(qf2.state_dict())
+    for net in (actor, qf1, qf2, qf1_target, qf2_target):
+        net.to(device)
     q_params = list(qf1.parameters()) + list(qf2.parameters())
     target_params = list(qf1_target.parameters()) + list(qf2_target.parameters())
     q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
     target_entropy = -float(action_dim)
-    log_alpha = torch.tensor(np.log(args.alpha), dtype=torch.float32, requires_grad=args.autotune)
+    log_alpha = torch.tensor(np.log(args.alpha), dtype=torch.float32, device=device, requires_grad=args.autotune)
     alpha_optimizer = torch.optim.Adam([log_alpha], lr=args.alpha_lr)
 
+    # buffers on the host; each sampled batch moves to the device
     # Replay buffer: flat arrays, written in a ring.
     capacity = min(args.buffer_size, args.total_timesteps)
     obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
@@ -299,7 +305,7 @@ def train(args: Args) -> dict:
             actions = envs.action_space.sample()
         else:
             with torch.no_grad():
-                actions = actor.sample(torch.as_tensor(obs, dtype=torch.float32))[0].numpy()
+                actions = actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
         next_obs, reward, terminated, truncated, infos = envs.step(actions)
         ep_return += reward
         ep_length += 1
@@ -322,9 +328,9 @@ def train(args: Args) -> dict:
 
         # ---- one gradient step: critics, actor, temperature, then the Polyak targets
         idx = np.random.randint(0, min(global_step, capacity), size=args.batch_size)
-        b_obs, b_next_obs = torch.as_tensor(obs_buf[idx]), torch.as_tensor(next_obs_buf[idx])
-        b_actions = torch.as_tensor(actions_buf[idx])
-        b_rewards, b_terminated = torch.as_tensor(rewards_buf[idx]), torch.as_tensor(terminated_buf[idx])
+        b_obs, b_next_obs = torch.as_tensor(obs_buf[idx], device=device), torch.as_tensor(next_obs_buf[idx], device=device)
+        b_actions = torch.as_tensor(actions_buf[idx], device=device)
+        b_rewards, b_terminated = torch.as_tensor(rewards_buf[idx], device=device), torch.as_tensor(terminated_buf[idx], device=device)
         alpha = log_alpha.detach().exp()
 
         with torch.no_grad():

@@ -37,6 +37,8 @@ from tensorboardX import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
     """gymnasium environment id (Box actions with finite bounds)"""
     total_timesteps: int = 30_000
@@ -231,6 +233,9 @@ def train(args: Args) -> dict:
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
     key = jax.random.PRNGKey(args.seed)
 
     envs = make_envs(args.env_id, 1)
@@ -304,6 +309,7 @@ def train(args: Args) -> dict:
                   "actor_loss": actor_loss}
         return state, losses, key
 
+    # buffers on the host; each sampled batch moves to the device
     # Replay buffer: flat arrays, written in a ring.
     capacity = min(args.buffer_size, args.total_timesteps)
     obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)

@@ -39,6 +39,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     total_timesteps: int = 200_000
@@ -234,7 +236,7 @@ def evaluate(model_path, env_id, eval_episodes, seed):
     """Load the saved parameters into a fresh network; run the greedy (argmax) policy."""
     env = gym.make(env_id)
     agent = Agent(int(np.prod(env.observation_space.shape)), int(env.action_space.n))
-    agent.load_state_dict(torch.load(model_path))
+    agent.load_state_dict(torch.load(model_path, map_location="cpu"))
     returns = []
     for episode in range(eval_episodes):
         obs, _ = env.reset(seed=seed + episode)
@@ -268,10 +270,11 @@ def train(args: Args) -> dict:
     # One intra-op thread: the networks are tiny, a second thread costs more than it saves, and a
     # fixed count keeps float reductions (so seeded runs) the same on any machine and in any process.
     torch.set_num_threads(1)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     envs = make_envs(args.env_id, args.num_envs)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
-    agent = Agent(obs_dim, int(envs.single_action_space.n))
+    agent = Agent(obs_dim, int(envs.single_action_space.n)).to(device)
     # Only the critic has an optimiser; the actor moves by the natural-gradient step.
     optimizer = torch.optim.Adam(agent.critic.parameters(), lr=args.vf_learning_rate)
     shapes = [p.shape for p in agent.actor.parameters()]
@@ -282,20 +285,20 @@ def train(args: Args) -> dict:
         chunks = torch.split(theta, [int(np.prod(shape)) for shape in shapes])
         return {name: chunk.reshape(shape) for name, chunk, shape in zip(names, chunks, shapes)}
 
-    # Rollout storage, (T, N, ...).
-    obs_buf = torch.zeros((args.num_steps, args.num_envs, obs_dim))
-    actions_buf = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long)
-    logps_buf = torch.zeros((args.num_steps, args.num_envs))
-    rewards_buf = torch.zeros((args.num_steps, args.num_envs))
-    dones_buf = torch.zeros((args.num_steps, args.num_envs))
-    values_buf = torch.zeros((args.num_steps, args.num_envs))
+    # Rollout storage, (T, N, ...), on the device (CleanRL's layout).
+    obs_buf = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)
+    actions_buf = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+    logps_buf = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards_buf = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones_buf = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values_buf = torch.zeros((args.num_steps, args.num_envs), device=device)
 
     episode_returns, recent = [], []
     ep_return = np.zeros(args.num_envs)
     ep_length = np.zeros(args.num_envs, dtype=np.int64)
     global_step, last_print = 0, 0.0
     start_time = time.time()
-    next_obs = torch.as_tensor(envs.reset(seed=args.seed)[0], dtype=torch.float32)
+    next_obs = torch.as_tensor(envs.reset(seed=args.seed)[0], dtype=torch.float32, device=device)
 
     for iteration in range(1, num_iterations + 1):
         # ---- rollout
@@ -305,7 +308,7 @@ def train(args: Args) -> dict:
             with torch.no_grad():
                 action, logp, value = agent.act(next_obs)
             actions_buf[step], logps_buf[step], values_buf[step] = action, logp, value
-            obs, reward, terminated, truncated, infos = envs.step(action.numpy())
+            obs, reward, terminated, truncated, infos = envs.step(action.cpu().numpy())
             ep_return += reward
             ep_length += 1
             done = terminated | truncated
@@ -315,12 +318,12 @@ def train(args: Args) -> dict:
             reward = reward.astype(np.float32)
             only_truncated = truncated & ~terminated
             if only_truncated.any():
-                final_obs = torch.as_tensor(np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32)
+                final_obs = torch.as_tensor(np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device)
                 with torch.no_grad():
-                    reward[only_truncated] += args.gamma * agent.get_value(final_obs).numpy()
-            rewards_buf[step] = torch.as_tensor(reward)
-            dones_buf[step] = torch.as_tensor(done, dtype=torch.float32)
-            next_obs = torch.as_tensor(obs, dtype=torch.float32)
+                    reward[only_truncated] += args.gamma * agent.get_value(final_obs).cpu().numpy()
+            rewards_buf[step] = torch.as_tensor(reward, device=device)
+            dones_buf[step] = torch.as_tensor(done, dtype=torch.float32, device=device)
+            next_obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
             for i in np.flatnonzero(done):
                 episode_returns.append((global_step, float(ep_return[i])))
                 recent = [r for _, r in episode_returns[-20:]]

@@ -38,6 +38,8 @@ from tensorboardX import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "FrozenLake-v1"
     """gymnasium toy-text environment id that exposes its model (env.unwrapped.P)"""
     gamma: float = 0.99
@@ -190,10 +192,14 @@ def train(args: Args) -> dict:
     # Seeding: python, numpy, jax and the environment (planning itself is deterministic).
     random.seed(args.seed)
     np.random.seed(args.seed)
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
     key = jax.random.PRNGKey(args.seed)  # unused: planning draws no random numbers
 
     env = gym.make(args.env_id)
     P_np, R_np, start_np = mdp_from_env(env)
+    # the model (P, R) and every sweep on the device; the greedy policy comes back to act in the env
     P, R, start = jnp.asarray(P_np), jnp.asarray(R_np), jnp.asarray(start_np)
     num_states, num_actions = R.shape
     start_time = time.time()

@@ -36,6 +36,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "FrozenLake-v1"
     """gymnasium toy-text environment id that exposes its model (env.unwrapped.P)"""
     gamma: float = 0.99
@@ -79,14 +81,14 @@ def policy_evaluation_linear(P, R, pi, gamma):
     P_pi(s, s') = sum_a pi(a | s) P(s' | s, a) and r_pi(s) = sum_a pi(a | s) R(s, a)."""
     P_pi = torch.einsum("sa,sat->st", pi, P)
     r_pi = (pi * R).sum(-1)
-    eye = torch.eye(P.shape[0], dtype=P.dtype)
+    eye = torch.eye(P.shape[0], dtype=P.dtype, device=P.device)
     return torch.linalg.solve(eye - gamma * P_pi, r_pi)
 
 
 def policy_evaluation_iterative(P, R, pi, gamma, num_sweeps):
     """V^pi by repeating the expectation backup from V = 0: a gamma-contraction, so after k sweeps
     the sup-norm error is at most gamma^k times the initial one."""
-    V = torch.zeros(P.shape[0], dtype=P.dtype)
+    V = torch.zeros(P.shape[0], dtype=P.dtype, device=P.device)
     for _ in range(num_sweeps):
         V = bellman_expectation_backup(V, P, R, pi, gamma)
     return V
@@ -107,7 +109,7 @@ def greedy_policy(Q):
 def value_iteration(P, R, gamma, tol, max_sweeps):
     """Sweep from V = 0 until a sweep changes V by less than tol (sup norm). Returns (V, Q, changes),
     changes[k] = ||V_{k+1} - V_k||_inf. The last Q is Q* = R + gamma P V* up to the tolerance."""
-    V = torch.zeros(P.shape[0], dtype=P.dtype)
+    V = torch.zeros(P.shape[0], dtype=P.dtype, device=P.device)
     changes = []
     for _ in range(max_sweeps):
         V_new, Q = value_iteration_sweep(V, P, R, gamma)
@@ -170,7 +172,7 @@ def run_policy(env, policy, episodes, seed):
 def evaluate(model_path, env_id, eval_episodes, seed):
     """Load the saved Q* table; run its greedy policy."""
     env = gym.make(env_id)
-    Q = torch.load(model_path)["q"]
+    Q = torch.load(model_path, map_location="cpu")["q"]
     returns, _ = run_policy(env, greedy_policy(Q).numpy(), eval_episodes, seed)
     env.close()
     return returns
@@ -192,15 +194,17 @@ def train(args: Args) -> dict:
     # One intra-op thread: the networks are tiny, a second thread costs more than it saves, and a
     # fixed count keeps float reductions (so seeded runs) the same on any machine and in any process.
     torch.set_num_threads(1)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     env = gym.make(args.env_id)
     P_np, R_np, start_np = mdp_from_env(env)
-    P, R, start = torch.as_tensor(P_np), torch.as_tensor(R_np), torch.as_tensor(start_np)
+    # the model (P, R) and every sweep on the device; the greedy policy comes back to act in the env
+    P, R, start = torch.as_tensor(P_np, device=device), torch.as_tensor(R_np, device=device), torch.as_tensor(start_np, device=device)
     num_states, num_actions = R.shape
     start_time = time.time()
 
     # ---- policy evaluation of the uniform random policy, two ways
-    uniform = torch.full((num_states, num_actions), 1.0 / num_actions)
+    uniform = torch.full((num_states, num_actions), 1.0 / num_actions, device=device)
     v_linear = policy_evaluation_linear(P, R, uniform, args.gamma)
     v_iterative = policy_evaluation_iterative(P, R, uniform, args.gamma, args.eval_sweeps)
     eval_gap = float((v_linear - v_iterative).abs().max())
@@ -208,7 +212,7 @@ def train(args: Args) -> dict:
 
     # ---- value iteration; then the error of every sweep against the converged V*
     V, Q, changes = value_iteration(P, R, args.gamma, args.tol, args.max_sweeps)
-    errors, V_k = [], torch.zeros(num_states)
+    errors, V_k = [], torch.zeros(num_states, device=device)
     for _ in changes:
         errors.append(float((V_k - V).abs().max()))
         V_k, _ = value_iteration_sweep(V_k, P, R, args.gamma)
@@ -228,7 +232,7 @@ def train(args: Args) -> dict:
     writer.add_scalar("charts/greedy_start_value", greedy_start_value, 0)
 
     episode_returns, global_step = [], 0
-    returns, lengths = run_policy(env, policy.numpy(), args.rollout_episodes, args.seed)
+    returns, lengths = run_policy(env, policy.cpu().numpy(), args.rollout_episodes, args.seed)
     for ret, length in zip(returns, lengths):
         global_step += length
         episode_returns.append((global_step, ret))
