@@ -45,6 +45,7 @@ import torch
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+import hf_model
 import sft_torch
 import tasks
 from tinylm_torch import load_checkpoint, sample, sequence_logps, token_logps
@@ -54,12 +55,16 @@ from tinylm_torch import load_checkpoint, sample, sequence_logps, token_logps
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     total_steps: int = 30
@@ -220,7 +225,9 @@ def check_args(args):
                          f"well-formed answer (1 <= overlong_cache <= {args.max_completion_len - C})")
     need = tasks.prompt_len(args.digits) + args.max_completion_len
     path = args.sft_path or default_sft_path(args)
-    if os.path.exists(path):
+    if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
+        hf_model.check_path(args.model, min_context=need)
+    elif os.path.exists(path):
         load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need)
     else:
         sft_torch.check_args(sft_torch.Args(digits=args.digits))
@@ -230,11 +237,13 @@ def check_args(args):
 
 
 def load_or_train_sft(args):
+    if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
+        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
         print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
               file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
                                        total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
                                        progress=args.progress))
     need = tasks.prompt_len(args.digits) + args.max_completion_len
@@ -243,9 +252,10 @@ def load_or_train_sft(args):
 
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits)),
+    device = next(model.parameters()).device  # batches go where the model is
+    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
                          tasks.completion_len(digits), temperature)
-    return float(tasks.verify(pairs, completions.numpy(), digits).mean())
+    return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
 def kl_to_reference(policy, reference, pairs, digits):
@@ -253,11 +263,12 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
     of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
     (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
-    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits))
+    device = next(policy.parameters()).device  # batches go where the model is
+    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1),
-                      torch.as_tensor(tasks.completion_mask(completions.numpy()))], dim=1)
+    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -267,7 +278,9 @@ def kl_to_reference(policy, reference, pairs, digits):
 def train(args: Args) -> dict:
     check_args(args)
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
+    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -290,8 +303,8 @@ def train(args: Args) -> dict:
     def sample_round():
         """N fresh training prompts, G completions each, the verifier's scores; counts what was sampled."""
         pairs = train_pairs[rng.integers(0, len(train_pairs), N)]
-        prompts = torch.as_tensor(tasks.encode_prompts(np.repeat(pairs, G, axis=0), args.digits))
-        completions = sample(policy, prompts, L, args.temperature).numpy()
+        prompts = torch.as_tensor(tasks.encode_prompts(np.repeat(pairs, G, axis=0), args.digits), device=device)
+        completions = sample(policy, prompts, L, args.temperature).cpu().numpy()
         correct = tasks.verify(np.repeat(pairs, G, axis=0), completions, args.digits)
         lengths = tasks.completion_mask(completions).sum(-1)
         counts["completions"] += len(completions)
@@ -319,18 +332,18 @@ def train(args: Args) -> dict:
         # ---- shaped rewards (verifier + soft overlong penalty) and group advantages
         comp_mask = tasks.completion_mask(completions)
         truncated = ~(completions == tasks.EOS).any(-1)
-        correct = torch.as_tensor(groups["correct"].reshape(-1))
-        lengths = torch.as_tensor(comp_mask.sum(-1))  # tokens up to and including <eos>; L when truncated
-        penalty = overlong_penalty(lengths, L, args.overlong_cache) if args.soft_overlong else torch.zeros(N * G)
+        correct = torch.as_tensor(groups["correct"].reshape(-1), device=device)
+        lengths = torch.as_tensor(comp_mask.sum(-1), device=device)  # tokens up to and including <eos>; L when truncated
+        penalty = overlong_penalty(lengths, L, args.overlong_cache) if args.soft_overlong else torch.zeros(N * G, device=device)
         rewards = correct + penalty
         advantages = group_advantages(rewards.reshape(N, G)).reshape(-1)
         if args.overlong_filter:  # overlong filtering: truncated completions do not enter the loss
             comp_mask = comp_mask * ~truncated[:, None]
 
         # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
-        full = torch.cat([torch.as_tensor(tasks.encode_prompts(pairs, args.digits)), torch.as_tensor(completions)], dim=1)
+        full = torch.cat([torch.as_tensor(tasks.encode_prompts(pairs, args.digits), device=device), torch.as_tensor(completions, device=device)], dim=1)
         inputs, labels = full[:, :-1], full[:, 1:]
-        mask = torch.cat([torch.zeros(len(full), P - 1), torch.as_tensor(comp_mask)], dim=1)
+        mask = torch.cat([torch.zeros(len(full), P - 1, device=device), torch.as_tensor(comp_mask, device=device)], dim=1)
         with torch.no_grad():
             old_logp = token_logps(policy(inputs), labels, args.temperature)
             ref_logp = token_logps(reference(inputs), labels, args.temperature)

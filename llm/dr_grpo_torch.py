@@ -42,6 +42,7 @@ import torch
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+import hf_model
 import sft_torch
 import tasks
 from tinylm_torch import load_checkpoint, sample, sequence_logps, token_logps
@@ -51,12 +52,16 @@ from tinylm_torch import load_checkpoint, sample, sequence_logps, token_logps
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     total_steps: int = 30
@@ -153,18 +158,22 @@ def check_args(args):
         raise ValueError(f"loss_type = {args.loss_type!r}: choose 'dr_grpo' (constant normaliser) or 'grpo' (per-completion mean)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
-    if os.path.exists(path):
+    if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
+        hf_model.check_path(args.model, min_context=need)
+    elif os.path.exists(path):
         load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need)
     else:
         sft_torch.check_args(sft_torch.Args(digits=args.digits))
 
 
 def load_or_train_sft(args):
+    if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
+        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
         print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
               file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
                                        total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
                                        progress=args.progress))
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -173,9 +182,10 @@ def load_or_train_sft(args):
 
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits)),
+    device = next(model.parameters()).device  # batches go where the model is
+    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
                          tasks.completion_len(digits), temperature)
-    return float(tasks.verify(pairs, completions.numpy(), digits).mean())
+    return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
 def kl_to_reference(policy, reference, pairs, digits):
@@ -183,11 +193,12 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
     of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
     (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
-    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits))
+    device = next(policy.parameters()).device  # batches go where the model is
+    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1),
-                      torch.as_tensor(tasks.completion_mask(completions.numpy()))], dim=1)
+    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -197,7 +208,9 @@ def kl_to_reference(policy, reference, pairs, digits):
 def train(args: Args) -> dict:
     check_args(args)
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
+    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -229,21 +242,21 @@ def train(args: Args) -> dict:
         optimizer.param_groups[0]["lr"] = args.learning_rate * min(1.0, step / args.warmup_steps)
         # ---- sample a group of G completions for each prompt and score them
         pairs = np.repeat(train_pairs[rng.integers(0, len(train_pairs), args.prompts_per_step)], G, axis=0)
-        prompts = torch.as_tensor(tasks.encode_prompts(pairs, args.digits))
+        prompts = torch.as_tensor(tasks.encode_prompts(pairs, args.digits), device=device)
         completions = sample(policy, prompts, C, args.temperature)
-        rewards = torch.as_tensor(tasks.verify(pairs, completions.numpy(), args.digits))
+        rewards = torch.as_tensor(tasks.verify(pairs, completions.cpu().numpy(), args.digits), device=device)
         group_rewards = rewards.reshape(-1, G)
         advantages = group_advantages(group_rewards)
         if args.scale_rewards:  # GRPO's std normalisation, for the comparison only
             advantages = advantages / (group_rewards.std(dim=1, unbiased=False, keepdim=True) + 1e-4)
         advantages = advantages.reshape(-1)
-        comp_mask = torch.as_tensor(tasks.completion_mask(completions.numpy()))
+        comp_mask = torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)
         tokens_sampled += int(comp_mask.sum())
 
         # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
         full = torch.cat([prompts, completions], dim=1)
         inputs, labels = full[:, :-1], full[:, 1:]
-        mask = torch.cat([torch.zeros(len(full), P - 1), comp_mask], dim=1)
+        mask = torch.cat([torch.zeros(len(full), P - 1, device=device), comp_mask], dim=1)
         with torch.no_grad():
             old_logp = token_logps(policy(inputs), labels, args.temperature)
             ref_logp = token_logps(reference(inputs), labels, args.temperature)
@@ -263,15 +276,15 @@ def train(args: Args) -> dict:
             entropy = (-(logp_all.exp() * logp_all).sum(-1) * mask).sum() / mask.sum()
 
         # ---- lengths: tokens up to and including <eos> (the whole budget C when there is none)
-        lengths = comp_mask.sum(-1).numpy()
-        wrong = rewards.numpy() == 0
+        lengths = comp_mask.sum(-1).cpu().numpy()
+        wrong = rewards.cpu().numpy() == 0
         zero_std = float((group_rewards.std(dim=1, unbiased=False) == 0).float().mean())
         sps = int(tokens_sampled / (time.time() - start_time))
         writer.add_scalar("reward", rewards.mean().item(), step)
         writer.add_scalar("reward_std", group_rewards.std(dim=1, unbiased=False).mean().item(), step)
         writer.add_scalar("frac_reward_zero_std", zero_std, step)
         writer.add_scalar("completions/mean_length", float(lengths.mean()), step)
-        writer.add_scalar("completions/clipped_ratio", float((completions.numpy() != tasks.EOS).all(-1).mean()), step)  # no <eos>
+        writer.add_scalar("completions/clipped_ratio", float((completions.cpu().numpy() != tasks.EOS).all(-1).mean()), step)  # no <eos>
         if wrong.any():
             wrong_sums[step - 1], wrong_counts[step - 1] = lengths[wrong].sum(), wrong.sum()
             wrong_length_curve.append((step, float(lengths[wrong].mean())))

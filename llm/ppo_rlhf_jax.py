@@ -51,16 +51,20 @@ from tinylm_jax import TinyLM, load_checkpoint, sample, sequence_logps, token_lo
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (also of the SFT and reward-model runs when they are trained first)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     rm_path: str = ""
-    """reward-model checkpoint (.npz); empty: reward_model_<framework>_<digits>d_<rm_prompts>prompts_<rm_epochs>epochs_seed<seed>.npz in log_dir, trained first when missing"""
+    """reward-model checkpoint (.npz); empty: reward_model_<framework>_<digits>d_<rm_prompts>prompts_<rm_epochs>epochs_seed<seed>.npz in log_dir, trained first when missing (with --model: a folder)"""
     rm_prompts: int = 8000
     """training prompts of the reward-model run made when the checkpoint is missing (fewer: a weaker proxy)"""
     rm_epochs: int = 4
@@ -199,15 +203,20 @@ def default_sft_path(args):
 
 
 def rm_args(args):
-    """The reward-model run this PPO run reads (or makes, when its checkpoint is missing)."""
-    return reward_model_jax.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
-                                 sft_path=args.sft_path or default_sft_path(args), sft_steps=args.sft_steps,
+    """The reward-model run this PPO run reads (or makes, when its checkpoint is missing). With --model
+    it is a reward model on the same Hugging Face model (a folder; reward_model_jax.default_save_path)."""
+    return reward_model_jax.Args(seed=args.seed, cuda=args.cuda, model=args.model, digits=args.digits,
+                                 num_test=args.num_test, sft_path=args.sft_path or default_sft_path(args), sft_steps=args.sft_steps,
                                  num_prompts=args.rm_prompts, epochs=args.rm_epochs, save_path=args.rm_path,
                                  log_dir=args.log_dir, progress=args.progress)
 
 
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
+    if args.model:
+        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/ppo_rlhf_torch.py; "
+                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (PPO samples)")
     if args.prompts_per_step % args.num_minibatches:
@@ -236,7 +245,7 @@ def load_or_train_sft(args):
     if not os.path.exists(path):
         print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
               file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
                                        total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
                                        progress=args.progress))
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -306,6 +315,9 @@ def proxy_and_gold(model, params, ref_params, score, rm_params, score_stats, pai
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
     (model, params), sft_path = load_or_train_sft(args)
     (rm, rm_params), rm_path = load_or_train_reward_model(args)
     script = os.path.basename(__file__).removesuffix(".py")

@@ -40,6 +40,7 @@ import tyro
 from torch.utils.tensorboard import SummaryWriter
 
 import reward_model_torch
+import hf_model
 import sft_torch
 import tasks
 from tinylm_torch import load_checkpoint, sample, sequence_logps, token_logps
@@ -49,16 +50,20 @@ from tinylm_torch import load_checkpoint, sample, sequence_logps, token_logps
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (also of the SFT and reward-model runs when they are trained first)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     rm_path: str = ""
-    """reward-model checkpoint (.npz); empty: reward_model_<framework>_<digits>d_<rm_prompts>prompts_<rm_epochs>epochs_seed<seed>.npz in log_dir, trained first when missing"""
+    """reward-model checkpoint (.npz); empty: reward_model_<framework>_<digits>d_<rm_prompts>prompts_<rm_epochs>epochs_seed<seed>.npz in log_dir, trained first when missing (with --model: a folder)"""
     rm_prompts: int = 8000
     """training prompts of the reward-model run made when the checkpoint is missing (fewer: a weaker proxy)"""
     rm_epochs: int = 4
@@ -117,7 +122,7 @@ def per_token_rewards(logp, ref_logp, scores, mask, kl_coef):
     sampled token: its sum over a completion is the unbiased estimate of the sequence KL."""
     kl = (logp - ref_logp) * mask
     last = mask.sum(-1).long() - 1  # position of <eos> (or of the last token when there is none)
-    at_last = (torch.arange(mask.shape[1])[None, :] == last[:, None]).float()
+    at_last = (torch.arange(mask.shape[1], device=mask.device)[None, :] == last[:, None]).float()
     return -kl_coef * kl + at_last * scores[:, None], kl
 
 
@@ -128,11 +133,11 @@ def compute_gae(rewards, values, mask, gamma, lam):
         delta_t = r_t + gamma V(s_{t+1}) m_{t+1} - V(s_t),   A_t = delta_t + gamma lam m_{t+1} A_{t+1}.
     Advantages after <eos> are zero."""
     B, T = rewards.shape
-    zeros = torch.zeros(B, 1)
+    zeros = torch.zeros(B, 1, device=rewards.device)
     next_mask = torch.cat([mask[:, 1:], zeros], dim=1)
     next_values = torch.cat([values[:, 1:], zeros], dim=1) * next_mask
     deltas = rewards + gamma * next_values - values
-    last, out = torch.zeros(B), []
+    last, out = torch.zeros(B, device=rewards.device), []
     for t in reversed(range(T)):
         last = deltas[:, t] + gamma * lam * next_mask[:, t] * last
         out.append(last)
@@ -198,9 +203,10 @@ def default_sft_path(args):
 
 
 def rm_args(args):
-    """The reward-model run this PPO run reads (or makes, when its checkpoint is missing)."""
-    return reward_model_torch.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
-                                   sft_path=args.sft_path or default_sft_path(args), sft_steps=args.sft_steps,
+    """The reward-model run this PPO run reads (or makes, when its checkpoint is missing). With --model
+    it is a reward model on the same Hugging Face model (a folder; reward_model_torch.default_save_path)."""
+    return reward_model_torch.Args(seed=args.seed, cuda=args.cuda, model=args.model, digits=args.digits,
+                                   num_test=args.num_test, sft_path=args.sft_path or default_sft_path(args), sft_steps=args.sft_steps,
                                    num_prompts=args.rm_prompts, epochs=args.rm_epochs, save_path=args.rm_path,
                                    log_dir=args.log_dir, progress=args.progress)
 
@@ -219,7 +225,9 @@ def check_args(args):
         raise ValueError(f"gamma = {args.gamma} and gae_lambda = {args.gae_lambda} must be in [0, 1]")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
-    if os.path.exists(path):
+    if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
+        hf_model.check_path(args.model, min_context=need)
+    elif os.path.exists(path):
         load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need)
     else:
         sft_torch.check_args(sft_torch.Args(digits=args.digits))
@@ -231,11 +239,13 @@ def check_args(args):
 
 
 def load_or_train_sft(args):
+    if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
+        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
         print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
               file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
                                        total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
                                        progress=args.progress))
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -254,9 +264,10 @@ def load_or_train_reward_model(args):
 
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits)),
+    device = next(model.parameters()).device  # batches go where the model is
+    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
                          tasks.completion_len(digits), temperature)
-    return float(tasks.verify(pairs, completions.numpy(), digits).mean())
+    return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
 def kl_to_reference(policy, reference, pairs, digits):
@@ -264,11 +275,12 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
     of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
     (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
-    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits))
+    device = next(policy.parameters()).device  # batches go where the model is
+    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1),
-                      torch.as_tensor(tasks.completion_mask(completions.numpy()))], dim=1)
+    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -277,10 +289,11 @@ def kl_to_reference(policy, reference, pairs, digits):
 def sampled_scores(policy, reward_model, pairs, digits, temperature):
     """One completion per prompt from the policy: (prompts, completions, full token rows, raw
     reward-model scores at each completion's <eos>)."""
-    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits))
+    device = next(policy.parameters()).device  # batches go where the model is
+    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), temperature)
     full = torch.cat([prompts, completions], dim=1)
-    last = torch.as_tensor(reward_model_torch.last_index(prompts.shape[1], completions.numpy()))
+    last = torch.as_tensor(reward_model_torch.last_index(prompts.shape[1], completions.cpu().numpy()), device=device)
     return prompts, completions, full, reward_model(full, last)
 
 
@@ -293,11 +306,12 @@ def sequence_kl(policy, reference, full, mask):
 def proxy_and_gold(policy, reference, reward_model, score_stats, pairs, digits):
     """On one temperature-1 sample per test prompt: the mean normalised proxy score, the mean gold
     reward (verifier) and the sequence KL(pi || pi_ref): the three axes of the over-optimisation plot."""
+    device = next(policy.parameters()).device  # batches go where the model is
     prompts, completions, full, scores = sampled_scores(policy, reward_model, pairs, digits, 1.0)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1),
-                      torch.as_tensor(tasks.completion_mask(completions.numpy()))], dim=1)
+    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
     kl = sequence_kl(policy, reference, full, mask)
-    gold = tasks.verify(pairs, completions.numpy(), digits)
+    gold = tasks.verify(pairs, completions.cpu().numpy(), digits)
     return float(((scores - score_stats[0]) / score_stats[1]).mean()), float(gold.mean()), float(kl.mean())
 
 
@@ -305,8 +319,11 @@ def proxy_and_gold(policy, reference, reward_model, score_stats, pairs, digits):
 def train(args: Args) -> dict:
     check_args(args)
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
+    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     reward_model, rm_path = load_or_train_reward_model(args)
+    reward_model = reward_model.to(device)
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -351,19 +368,19 @@ def train(args: Args) -> dict:
             scores = (raw_scores - score_stats[0]) / score_stats[1]
             # inputs[:, P - 1:] predict the completion tokens labels[:, P - 1:] (= completions)
             inputs, labels = full[:, :-1], full[:, 1:]
-            mask = torch.as_tensor(tasks.completion_mask(completions.numpy()))
+            mask = torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)
             old_logp = token_logps(policy(inputs), labels, args.temperature)[:, P - 1:]
             ref_logp = token_logps(reference(inputs), labels, args.temperature)[:, P - 1:]
             old_values = critic(inputs)[:, P - 1:]
             rewards, kl = per_token_rewards(old_logp, ref_logp, scores, mask, kl_coef)
             advantages, returns = compute_gae(rewards, old_values, mask, args.gamma, args.gae_lambda)
             advantages = whiten_masked(advantages, mask)
-        gold_rewards = tasks.verify(pairs, completions.numpy(), args.digits)
+        gold_rewards = tasks.verify(pairs, completions.cpu().numpy(), args.digits)
         tokens_sampled += int(mask.sum())
 
         # ---- update: update_epochs passes of num_minibatches minibatches over the rollout batch
         for epoch in range(args.update_epochs):
-            perm = torch.as_tensor(rng.permutation(B))
+            perm = torch.as_tensor(rng.permutation(B), device=device)
             for start in range(0, B, mb_size):
                 mb = perm[start:start + mb_size]
                 logits = policy(inputs[mb])[:, P - 1:]

@@ -60,12 +60,16 @@ from tinylm_jax import TinyLM, load_checkpoint, sample
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts); best-of-n is measured on them"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 2000
@@ -202,6 +206,10 @@ def n_grid(args):
 
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
+    if args.model:
+        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/prm_torch.py; "
+                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
     if args.num_rollouts < 1:
         raise ValueError(f"num_rollouts = {args.num_rollouts}: a step label needs at least one rollout")
     if args.samples_per_prompt < 1:
@@ -223,7 +231,7 @@ def load_or_train_sft(args):
     if not os.path.exists(path):
         print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
               file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
                                        total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
                                        progress=args.progress))
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -273,6 +281,9 @@ def best_of_n_table(scores, gold, answers, grid):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
     (policy, policy_params), sft_path = load_or_train_sft(args)
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")

@@ -51,6 +51,7 @@ import torch.nn.functional as F
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+import hf_model
 import sft_torch
 import tasks
 from tinylm_torch import load_checkpoint, sample
@@ -60,12 +61,16 @@ from tinylm_torch import load_checkpoint, sample
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts); best-of-n is measured on them"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 2000
@@ -211,18 +216,22 @@ def check_args(args):
         raise ValueError(f"best_of_n = {args.best_of_n} must be at least 1 and divide max_n = {args.max_n}")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
-    if os.path.exists(path):
+    if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
+        hf_model.check_path(args.model, min_context=need)
+    elif os.path.exists(path):
         load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need)
     else:
         sft_torch.check_args(sft_torch.Args(digits=args.digits))
 
 
 def load_or_train_sft(args):
+    if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
+        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
         print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
               file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
                                        total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
                                        progress=args.progress))
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -231,9 +240,10 @@ def load_or_train_sft(args):
 
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits)),
+    device = next(model.parameters()).device  # batches go where the model is
+    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
                          tasks.completion_len(digits), temperature)
-    return float(tasks.verify(pairs, completions.numpy(), digits).mean())
+    return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
 def last_index(prompt_len, completions):
@@ -262,7 +272,7 @@ def best_of_n_table(scores, gold, answers, grid):
     for n in grid:
         g = gold.reshape(num_prompts, max_n // n, n)
         for name, s in scores.items():
-            pick = best_of_n_select(torch.as_tensor(s.reshape(num_prompts, max_n // n, n))).numpy()
+            pick = best_of_n_select(torch.as_tensor(s.reshape(num_prompts, max_n // n, n))).cpu().numpy()
             table[name].append(float(np.take_along_axis(g, pick[..., None], -1).mean()))
         table["majority"].append(float(majority_vote(answers.reshape(-1, n), g.reshape(-1, n)).mean()))
         table["oracle"].append(float(g.max(-1).mean()))
@@ -273,7 +283,9 @@ def best_of_n_table(scores, gold, answers, grid):
 def train(args: Args) -> dict:
     check_args(args)
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
+    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -295,7 +307,7 @@ def train(args: Args) -> dict:
 
     def rollout(prefixes, max_new_tokens):
         """The policy's continuations of the prefixes at temperature 1 (the Monte Carlo rollouts)."""
-        return sample(policy, torch.as_tensor(prefixes), max_new_tokens, 1.0).numpy()
+        return sample(policy, torch.as_tensor(prefixes, device=device), max_new_tokens, 1.0).cpu().numpy()
 
     # ---- training solutions, their Monte Carlo step labels (PRM) and outcome labels (ORM)
     operands = np.repeat(train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)], K, axis=0)
@@ -316,15 +328,16 @@ def train(args: Args) -> dict:
     test_operands = np.repeat(test_pairs, args.max_n, axis=0)
     test_completions = rollout(tasks.encode_prompts(test_operands, args.digits), C)
     test_tokens = torch.as_tensor(np.concatenate([tasks.encode_prompts(test_operands, args.digits),
-                                                  test_completions], axis=1))
+                                                  test_completions], axis=1), device=device)
     test_steps = torch.as_tensor(np.concatenate([np.zeros((len(test_operands), P), dtype=np.float32),
-                                                 step_mask(test_completions).astype(np.float32)], axis=1))
-    test_last = torch.as_tensor(last_index(P, test_completions))
+                                                 step_mask(test_completions).astype(np.float32)], axis=1), device=device)
+    test_last = torch.as_tensor(last_index(P, test_completions), device=device)
     test_gold = tasks.verify(test_operands, test_completions, args.digits).reshape(-1, args.max_n)
     test_answers = np.array([tasks.decode(c) for c in test_completions]).reshape(-1, args.max_n)
 
     # PRM and ORM: two copies of the SFT transformer, same head, same data, same steps.
     prm, orm = StepRewardModel(copy.deepcopy(policy).requires_grad_(True)), StepRewardModel(copy.deepcopy(policy).requires_grad_(True))
+    prm, orm = prm.to(device), orm.to(device)  # the heads join the transformers on the device
     prm_opt = torch.optim.Adam(prm.parameters(), lr=args.learning_rate)
     orm_opt = torch.optim.Adam(orm.parameters(), lr=args.learning_rate)
 
@@ -333,8 +346,8 @@ def train(args: Args) -> dict:
         the ORM's logit at the last token."""
         with torch.no_grad():
             prm_scores = aggregate_step_scores(prm(test_tokens), test_steps, args.aggregation)
-            orm_scores = orm(test_tokens)[torch.arange(len(test_tokens)), test_last]
-        return {"prm": prm_scores.numpy().reshape(-1, args.max_n), "orm": orm_scores.numpy().reshape(-1, args.max_n)}
+            orm_scores = orm(test_tokens)[torch.arange(len(test_tokens), device=device), test_last]
+        return {"prm": prm_scores.cpu().numpy().reshape(-1, args.max_n), "orm": orm_scores.cpu().numpy().reshape(-1, args.max_n)}
 
     def evaluate(grid):
         return best_of_n_table(candidate_scores(), test_gold, test_answers, grid)
@@ -351,9 +364,9 @@ def train(args: Args) -> dict:
         for start in range(0, num_solutions, args.batch_size):
             step += 1
             idx = perm[start:start + args.batch_size]
-            x = torch.as_tensor(tokens[idx])
-            prm_loss, prm_acc = masked_bce_loss(prm(x), torch.as_tensor(prm_labels[idx]), torch.as_tensor(prm_mask[idx]))
-            orm_loss, orm_acc = masked_bce_loss(orm(x), torch.as_tensor(orm_labels[idx]), torch.as_tensor(orm_mask[idx]))
+            x = torch.as_tensor(tokens[idx], device=device)
+            prm_loss, prm_acc = masked_bce_loss(prm(x), torch.as_tensor(prm_labels[idx], device=device), torch.as_tensor(prm_mask[idx], device=device))
+            orm_loss, orm_acc = masked_bce_loss(orm(x), torch.as_tensor(orm_labels[idx], device=device), torch.as_tensor(orm_mask[idx], device=device))
             for model, optimizer, loss in ((prm, prm_opt, prm_loss), (orm, orm_opt, orm_loss)):
                 optimizer.zero_grad()
                 loss.backward()

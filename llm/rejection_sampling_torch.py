@@ -41,6 +41,7 @@ import torch
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+import hf_model
 import sft_torch
 import tasks
 from tinylm_torch import load_checkpoint, sample, sequence_logps
@@ -50,12 +51,16 @@ from tinylm_torch import load_checkpoint, sample, sequence_logps
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     iterations: int = 3
@@ -160,18 +165,22 @@ def check_args(args):
                          f"{train_prompts} training prompts (drawn without replacement)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
-    if os.path.exists(path):
+    if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
+        hf_model.check_path(args.model, min_context=need)
+    elif os.path.exists(path):
         load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need)
     else:
         sft_torch.check_args(sft_torch.Args(digits=args.digits))
 
 
 def load_or_train_sft(args):
+    if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
+        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
         print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
               file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
                                        total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
                                        progress=args.progress))
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -180,9 +189,10 @@ def load_or_train_sft(args):
 
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits)),
+    device = next(model.parameters()).device  # batches go where the model is
+    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
                          tasks.completion_len(digits), temperature)
-    return float(tasks.verify(pairs, completions.numpy(), digits).mean())
+    return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
 def kl_to_reference(policy, reference, pairs, digits):
@@ -190,11 +200,12 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
     of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
     (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
-    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits))
+    device = next(policy.parameters()).device  # batches go where the model is
+    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1),
-                      torch.as_tensor(tasks.completion_mask(completions.numpy()))], dim=1)
+    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -204,7 +215,9 @@ def kl_to_reference(policy, reference, pairs, digits):
 def train(args: Args) -> dict:
     check_args(args)
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
+    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -226,7 +239,7 @@ def train(args: Args) -> dict:
     accuracy_curve, gain_curve = [(0, initial_acc)], [(0, 0.0)]
     keep_rate_curve, prompts_solved_curve = [], []
     writer.add_scalar("charts/test_accuracy", initial_acc, 0)
-    tokens_sampled, completions_sampled, grad_steps, loss = 0, 0, 0, torch.tensor(0.0)
+    tokens_sampled, completions_sampled, grad_steps, loss = 0, 0, 0, torch.tensor(0.0, device=device)
     start_time = time.time()
     for it in range(1, args.iterations + 1):
         # ---- sample k completions of each prompt from the current policy and score them
@@ -234,7 +247,7 @@ def train(args: Args) -> dict:
         pairs = np.repeat(pairs, K, axis=0)
         prompts = tasks.encode_prompts(pairs, args.digits)
         with torch.no_grad():
-            completions = sample(policy, torch.as_tensor(prompts), C, args.temperature).numpy()
+            completions = sample(policy, torch.as_tensor(prompts, device=device), C, args.temperature).cpu().numpy()
         rewards = tasks.verify(pairs, completions, args.digits)
         tokens_sampled += int(tasks.completion_mask(completions).sum())
         completions_sampled += len(completions)
@@ -251,14 +264,14 @@ def train(args: Args) -> dict:
         if args.restart_from_sft:
             policy = copy.deepcopy(reference).requires_grad_(True)  # ReST-EM: from the SFT start
         optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate)
-        inputs, labels, mask = (torch.as_tensor(x) for x in training_batch(prompts[keep], completions[keep]))
+        inputs, labels, mask = (torch.as_tensor(x, device=device) for x in training_batch(prompts[keep], completions[keep]))
         M = int(keep.sum())
         num_steps = -(-args.epochs * M // args.batch_size)  # ceil: every kept sample seen epochs times
         order = np.concatenate([rng.permutation(M) for _ in range(-(-num_steps * args.batch_size // max(M, 1)))]) \
             if M else np.zeros(0, dtype=np.int64)
         for step in range(num_steps):
             optimizer.param_groups[0]["lr"] = args.learning_rate * min(1.0, (step + 1) / args.warmup_steps)
-            idx = torch.as_tensor(order[step * args.batch_size:(step + 1) * args.batch_size])
+            idx = torch.as_tensor(order[step * args.batch_size:(step + 1) * args.batch_size], device=device)
             loss = rejection_sampling_loss(policy(inputs[idx]), labels[idx], mask[idx])
             optimizer.zero_grad()
             loss.backward()

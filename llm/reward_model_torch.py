@@ -31,6 +31,7 @@ import torch.nn.functional as F
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+import hf_model
 import sft_torch
 import tasks
 from tinylm_torch import load_checkpoint, sample, save_checkpoint
@@ -40,12 +41,16 @@ from tinylm_torch import load_checkpoint, sample, save_checkpoint
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts); held-out pairs come from them"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 8000
@@ -65,7 +70,7 @@ class Args:
     eval_every: int = 50
     """steps between two evaluations on the held-out pairs"""
     save_path: str = ""
-    """where the trained reward model is saved (.npz); empty: reward_model_<framework>_<digits>d_<num_prompts>prompts_<epochs>epochs_seed<seed>.npz in log_dir (what llm/ppo_rlhf_<framework>.py looks for)"""
+    """where the trained reward model is saved (.npz); empty: reward_model_<framework>_<digits>d_<num_prompts>prompts_<epochs>epochs_seed<seed>.npz in log_dir (what llm/ppo_rlhf_<framework>.py looks for); with --model: a folder, reward_model_<framework>_<model folder name>_..."""
     log_dir: str = "runs"
     """parent folder of the TensorBoard run directory"""
     progress: bool = True
@@ -87,7 +92,9 @@ def bradley_terry_loss(chosen_scores, rejected_scores):
 # ----------------------------------------------------------------------------- network
 class RewardModel(nn.Module):
     """The SFT transformer with a scalar head on the final hidden state of the completion's last
-    token (<eos>, or the last position when there is none). The head starts at zero: every score 0."""
+    token (<eos>, or the last position when there is none). The head starts at zero: every score 0.
+    With --model the transformer is the Hugging Face model (llm/hf_model.py) and the head a new
+    nn.Linear(hidden size, 1) on its last hidden state, trained with it."""
 
     def __init__(self, lm):
         super().__init__()
@@ -98,11 +105,19 @@ class RewardModel(nn.Module):
 
     def forward(self, tokens, last_index):
         h = self.lm.features(tokens)
-        return self.head(h[torch.arange(len(tokens)), last_index]).squeeze(-1)
+        return self.head(h[torch.arange(len(tokens), device=tokens.device), last_index]).squeeze(-1)
 
 
 def save_reward_model(model, path):
-    """The transformer as a tinylm checkpoint plus the head as "head.w" (d_model, 1) and "head.b" (1,)."""
+    """The transformer as a tinylm checkpoint plus the head as "head.w" (d_model, 1) and "head.b" (1,).
+    A Hugging Face transformer (--model) goes to the folder path instead (hf_model.save) and the head
+    to path/value_head.npz."""
+    if isinstance(model.lm, hf_model.HFCausalLM):
+        hf_model.save(model.lm, path)
+        np.savez(os.path.join(path, "value_head.npz"), **{
+            "head.w": model.head.weight.detach().cpu().numpy().T.astype(np.float32),
+            "head.b": model.head.bias.detach().cpu().numpy().astype(np.float32)})
+        return
     save_checkpoint(model.lm, path)
     arrays = dict(np.load(path))
     arrays["head.w"] = model.head.weight.detach().cpu().numpy().T.astype(np.float32)
@@ -112,11 +127,15 @@ def save_reward_model(model, path):
 
 def load_reward_model(path, min_context=None):
     """A RewardModel with the weights saved by save_reward_model; a checkpoint without a head, of
-    another vocabulary or of a shorter context raises ValueError."""
-    data = np.load(path)
+    another vocabulary or of a shorter context raises ValueError. A folder is a Hugging Face reward
+    model (--model): the transformer from the folder, the head from its value_head.npz."""
+    hf = os.path.isdir(path)
+    data = np.load(os.path.join(path, "value_head.npz") if hf else path)
     if "head.w" not in data.files or "head.b" not in data.files:
         raise ValueError(f"{path} is not a reward-model checkpoint (no head.w / head.b)")
-    model = RewardModel(load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=min_context))
+    lm = hf_model.load(path, min_context=min_context) if hf else load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE,
+                                                                                 min_context=min_context)
+    model = RewardModel(lm)
     with torch.no_grad():
         model.head.weight.copy_(torch.as_tensor(data["head.w"].T))
         model.head.bias.copy_(torch.as_tensor(data["head.b"]))
@@ -129,6 +148,9 @@ def default_sft_path(args):
 
 
 def default_save_path(args):
+    if args.model:  # a folder named after the Hugging Face model
+        return os.path.join(args.log_dir, f"reward_model_torch_{os.path.basename(os.path.normpath(args.model))}_"
+                                          f"{args.digits}d_{args.num_prompts}prompts_{args.epochs}epochs_seed{args.seed}")
     return os.path.join(args.log_dir, f"reward_model_torch_{args.digits}d_{args.num_prompts}prompts_{args.epochs}epochs_seed{args.seed}.npz")
 
 
@@ -140,18 +162,22 @@ def check_args(args):
         raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
-    if os.path.exists(path):
+    if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
+        hf_model.check_path(args.model, min_context=need)
+    elif os.path.exists(path):
         load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need)
     else:
         sft_torch.check_args(sft_torch.Args(digits=args.digits))
 
 
 def load_or_train_sft(args):
+    if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
+        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
         print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
               file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
                                        total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
                                        progress=args.progress))
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -161,10 +187,11 @@ def load_or_train_sft(args):
 def sampled_pairs(policy, operands, args, rng):
     """K samples per prompt from the policy, gold-scored; returns (the preference pairs, all samples
     as a flat (prompt + completion) token batch with their gold rewards)."""
+    device = next(policy.parameters()).device  # batches go where the model is
     K, C = args.samples_per_prompt, tasks.completion_len(args.digits)
     prompts = tasks.encode_prompts(operands, args.digits)
     with torch.no_grad():
-        samples = sample(policy, torch.as_tensor(prompts).repeat_interleave(K, dim=0), C, 1.0).numpy()
+        samples = sample(policy, torch.as_tensor(prompts, device=device).repeat_interleave(K, dim=0), C, 1.0).cpu().numpy()
     gold = tasks.verify(np.repeat(operands, K, axis=0), samples, args.digits)
     graded = tasks.graded_score(np.repeat(operands, K, axis=0), samples, args.digits)
     pairs = tasks.build_preference_pairs(prompts, samples.reshape(-1, K, C), graded.reshape(-1, K), args.label_noise, rng)
@@ -180,7 +207,9 @@ def last_index(prompt_len, completions):
 def train(args: Args) -> dict:
     check_args(args)
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
+    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -203,22 +232,22 @@ def train(args: Args) -> dict:
         """(chosen tokens, chosen last index, rejected tokens, rejected last index) for pairs idx."""
         out = []
         for k in ("chosen", "rejected"):
-            out += [torch.as_tensor(np.concatenate([d["prompts"][idx], d[k][idx]], axis=1)),
-                    torch.as_tensor(last_index(P, d[k][idx]))]
+            out += [torch.as_tensor(np.concatenate([d["prompts"][idx], d[k][idx]], axis=1), device=device),
+                    torch.as_tensor(last_index(P, d[k][idx]), device=device)]
         return out
 
-    model = RewardModel(policy)
+    model = RewardModel(policy).to(device)  # the head joins the transformer on the device
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
     test_idx = np.arange(len(test_data["chosen"]))
     test_batch = pair_batch(test_data, test_idx)
     # Held-out pairwise accuracy against the *gold* preference: flip back the noisy labels.
-    gold_sign = torch.as_tensor(2.0 * test_data["gold_correct"] - 1.0, dtype=torch.float32)
+    gold_sign = torch.as_tensor(2.0 * test_data["gold_correct"] - 1.0, dtype=torch.float32, device=device)
 
     def evaluate():
         with torch.no_grad():
             c, ci, r, ri = test_batch
             margin = (model(c, ci) - model(r, ri)) * gold_sign
-            scores = model(torch.as_tensor(test_tokens), torch.as_tensor(last_index(P, test_completions))).numpy()
+            scores = model(torch.as_tensor(test_tokens, device=device), torch.as_tensor(last_index(P, test_completions), device=device)).cpu().numpy()
         corr = float(np.corrcoef(scores, test_gold)[0, 1]) if scores.std() > 0 and test_gold.std() > 0 else 0.0
         return float((margin > 0).float().mean()), corr
 

@@ -39,6 +39,10 @@ from tinylm_jax import TinyLM, sample, save_checkpoint, sequence_logps
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (the train/test split is fixed and does not depend on it)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
@@ -64,7 +68,7 @@ class Args:
     eval_every: int = 100
     """steps between two greedy evaluations on the test prompts"""
     save_path: str = ""
-    """checkpoint file (.npz); empty: sft.npz in the run directory"""
+    """checkpoint file (.npz); empty: sft.npz in the run directory (with --model: a Hugging Face folder, default sft_hf)"""
     log_dir: str = "runs"
     """parent folder of the TensorBoard run directory"""
     progress: bool = True
@@ -85,6 +89,10 @@ def sft_loss(logits, labels, completion_mask):
 # ----------------------------------------------------------------------------- evaluation
 def check_args(args):
     """Bad input stops here, before any run directory is written."""
+    if args.model:
+        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/sft_torch.py; "
+                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     if need > args.block_size:
         raise ValueError(f"prompts of {args.digits}-digit operands plus their answers need {need} positions; "
@@ -105,6 +113,9 @@ def accuracy(model, params, pairs, digits, key, temperature=0.0):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)

@@ -29,6 +29,7 @@ import torch
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+import hf_model
 import tasks
 from tinylm_torch import TinyLM, sample, save_checkpoint, sequence_logps
 
@@ -37,6 +38,10 @@ from tinylm_torch import TinyLM, sample, save_checkpoint, sequence_logps
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (the train/test split is fixed and does not depend on it)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
@@ -62,7 +67,7 @@ class Args:
     eval_every: int = 100
     """steps between two greedy evaluations on the test prompts"""
     save_path: str = ""
-    """checkpoint file (.npz); empty: sft.npz in the run directory"""
+    """checkpoint file (.npz); empty: sft.npz in the run directory (with --model: a Hugging Face folder, default sft_hf)"""
     log_dir: str = "runs"
     """parent folder of the TensorBoard run directory"""
     progress: bool = True
@@ -91,13 +96,16 @@ def check_args(args):
         raise ValueError(f"d_model = {args.d_model} is not divisible by n_head = {args.n_head}")
     if not 0.0 <= args.drop_carry <= 1.0:
         raise ValueError(f"drop_carry = {args.drop_carry} is not a probability")
+    if args.model:  # the Hugging Face model replaces the tiny LM (d_model, n_layer, n_head, block_size unused)
+        hf_model.check_path(args.model, min_context=need)
 
 
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits)),
+    device = next(model.parameters()).device  # batches go where the model is
+    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
                          tasks.completion_len(digits), temperature)
-    return float(tasks.verify(pairs, completions.numpy(), digits).mean())
+    return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
 # ----------------------------------------------------------------------------- training
@@ -114,10 +122,15 @@ def train(args: Args) -> dict:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(args.seed)
 
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
-    model = TinyLM(tasks.VOCAB_SIZE, args.block_size, args.d_model, args.n_layer, args.n_head)
+    if args.model:  # a pretrained Hugging Face model, fine-tuned (llm/hf_model.py)
+        model = hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits))
+    else:
+        model = TinyLM(tasks.VOCAB_SIZE, args.block_size, args.d_model, args.n_layer, args.n_head)
+    model = model.to(device)  # the model and every batch on the device; the demonstrations are made on the host
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
     warmup = min(50, args.total_steps)
     lr_at = lambda step: args.learning_rate * min(step / warmup, (args.total_steps - step + 1) / (args.total_steps - warmup + 1))
@@ -128,7 +141,7 @@ def train(args: Args) -> dict:
         optimizer.param_groups[0]["lr"] = lr_at(step)
         batch = train_pairs[rng.integers(0, len(train_pairs), args.batch_size)]
         tokens, mask = tasks.sft_batch(batch, args.digits, args.drop_carry, rng)
-        tokens, mask = torch.as_tensor(tokens), torch.as_tensor(mask)
+        tokens, mask = torch.as_tensor(tokens, device=device), torch.as_tensor(mask, device=device)
         logits = model(tokens[:, :-1])
         loss = sft_loss(logits, tokens[:, 1:], mask[:, 1:])
         optimizer.zero_grad()
@@ -154,9 +167,13 @@ def train(args: Args) -> dict:
         print(file=sys.stderr)
 
     wall_time = time.time() - start_time
-    model_path = args.save_path or os.path.join(run_dir, "sft.npz")
-    os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
-    save_checkpoint(model, model_path)
+    if args.model:  # a Hugging Face folder, what --model of the other llm/ torch scripts takes
+        model_path = args.save_path or os.path.join(run_dir, "sft_hf")
+        hf_model.save(model, model_path)
+    else:
+        model_path = args.save_path or os.path.join(run_dir, "sft.npz")
+        os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
+        save_checkpoint(model, model_path)
     with torch.no_grad():
         sampled_acc = accuracy(model, test_pairs, args.digits, temperature=1.0)
         # the quantity the RL scripts live on: how often a sample gets a carry problem right

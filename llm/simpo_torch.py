@@ -36,6 +36,7 @@ import torch.nn.functional as F
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+import hf_model
 import sft_torch
 import tasks
 from tinylm_torch import load_checkpoint, sample, sequence_logps
@@ -45,12 +46,16 @@ from tinylm_torch import load_checkpoint, sample, sequence_logps
 class Args:
     seed: int = 1
     """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 2000
@@ -118,18 +123,22 @@ def check_args(args):
         raise ValueError(f"gamma = {args.gamma} must be non-negative (a target margin)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
-    if os.path.exists(path):
+    if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
+        hf_model.check_path(args.model, min_context=need)
+    elif os.path.exists(path):
         load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need)
     else:
         sft_torch.check_args(sft_torch.Args(digits=args.digits))
 
 
 def load_or_train_sft(args):
+    if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
+        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
         print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
               file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
+        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
                                        total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
                                        progress=args.progress))
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -138,16 +147,18 @@ def load_or_train_sft(args):
 
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits)),
+    device = next(model.parameters()).device  # batches go where the model is
+    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
                          tasks.completion_len(digits), temperature)
-    return float(tasks.verify(pairs, completions.numpy(), digits).mean())
+    return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
 def pair_logps(model, prompts, completions, comp_mask):
     """Sequence log-probs of the completions (B, C) given the prompts (B, P): completion tokens up to
     <eos> only (comp_mask, from tasks.completion_mask); labels[:, t] is predicted by logits[:, t]."""
+    device = next(model.parameters()).device  # batches go where the model is
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1), comp_mask], dim=1)
+    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device), comp_mask], dim=1)
     return sequence_logps(model(full[:, :-1]), full[:, 1:], mask)
 
 
@@ -156,11 +167,12 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
     of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
     (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
-    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits))
+    device = next(policy.parameters()).device  # batches go where the model is
+    prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1),
-                      torch.as_tensor(tasks.completion_mask(completions.numpy()))], dim=1)
+    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -170,7 +182,9 @@ def kl_to_reference(policy, reference, pairs, digits):
 def train(args: Args) -> dict:
     check_args(args)
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
+    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -190,11 +204,11 @@ def train(args: Args) -> dict:
     operands = train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)]
     prompts = tasks.encode_prompts(operands, args.digits)
     with torch.no_grad():
-        samples = sample(policy, torch.as_tensor(prompts).repeat_interleave(K, dim=0), C, 1.0).numpy()
+        samples = sample(policy, torch.as_tensor(prompts, device=device).repeat_interleave(K, dim=0), C, 1.0).cpu().numpy()
     gold = tasks.graded_score(np.repeat(operands, K, axis=0), samples, args.digits).reshape(-1, K)
     data = tasks.build_preference_pairs(prompts, samples.reshape(-1, K, C), gold, args.label_noise, rng)
     data["chosen_mask"], data["rejected_mask"] = (tasks.completion_mask(data[k]) for k in ("chosen", "rejected"))
-    data = {k: torch.as_tensor(v) for k, v in data.items()}
+    data = {k: torch.as_tensor(v, device=device) for k, v in data.items()}
     num_pairs = len(data["chosen"])
     chosen_lengths = completion_lengths(data["chosen_mask"])
     rejected_lengths = completion_lengths(data["rejected_mask"])
@@ -217,7 +231,7 @@ def train(args: Args) -> dict:
     step, pairs_seen, last_print = 0, 0, 0.0
     start_time = time.time()
     for epoch in range(args.epochs):
-        perm = torch.as_tensor(rng.permutation(num_pairs))
+        perm = torch.as_tensor(rng.permutation(num_pairs), device=device)
         for start in range(0, num_pairs, args.batch_size):
             step += 1
             mb = perm[start:start + args.batch_size]

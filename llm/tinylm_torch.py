@@ -55,7 +55,7 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
         q, k, v = (z.reshape(B, T, self.n_head, hd).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
         att = torch.softmax(att.masked_fill(~causal, float("-inf")), dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, D)
         x = x + self.proj(y)
@@ -84,7 +84,7 @@ class TinyLM(nn.Module):
         T = tokens.shape[1]
         if T > self.config["block_size"]:
             raise ValueError(f"sequence of {T} tokens is longer than the context ({self.config['block_size']})")
-        x = self.wte(tokens) + self.wpe(torch.arange(T))
+        x = self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device))
         for block in self.h:
             x = block(x)
         return self.lnf(x)
@@ -97,11 +97,12 @@ class TinyLM(nn.Module):
 @torch.no_grad()
 def sample(model, prompts, max_new_tokens, temperature):
     """Complete (B, P) prompts with max_new_tokens tokens; temperature 0 is greedy. Tokens after a
-    sequence's first <eos> are <pad>. Returns (B, max_new_tokens) int64. No KV cache: at 10 tokens a
-    full forward per step costs about the same."""
+    sequence's first <eos> are <pad>. Returns (B, max_new_tokens) int64 on the prompts' device (the
+    model's: sampling runs there). No KV cache: at 10 tokens a full forward per step costs about the
+    same. Any module with the model's forward works (llm/hf_model.py for --model)."""
     B, P = prompts.shape
-    tokens = torch.cat([prompts, torch.full((B, max_new_tokens), tasks.PAD, dtype=torch.long)], dim=1)
-    done = torch.zeros(B, dtype=torch.bool)
+    tokens = torch.cat([prompts, torch.full((B, max_new_tokens), tasks.PAD, dtype=torch.long, device=prompts.device)], dim=1)
+    done = torch.zeros(B, dtype=torch.bool, device=prompts.device)
     for t in range(max_new_tokens):
         logits = model(tokens[:, :P + t])[:, -1]
         if temperature == 0:
