@@ -8,6 +8,8 @@ it is not installed); the table then also gives each one's final mean return (la
     python tests/benchmark.py ppo                 # ppo_torch.py, ppo_jax.py, reference loop, SB3: 400k steps
     python tests/benchmark.py ppo --repeats 3 --total-timesteps 100000
     python tests/benchmark.py dqn --set train_frequency=10 --set learning_starts=10000   # other Args
+    python tests/benchmark.py ddp                 # data-parallel PPO: 1 process x 8 envs vs 2 x 4 and 2 x 8
+    python tests/benchmark.py ddp --repeats 3 --total-timesteps 200000
 """
 import argparse
 from dataclasses import replace
@@ -101,7 +103,69 @@ def extra_contenders(script, overrides):
     return extras
 
 
+# ----------------------------------------------------------------------------- ddp
+DDP_SCRIPT = "algos/ppo_ddp_torch.py"
+DDP_LAYOUTS = [(1, 8), (2, 4), (2, 8)]  # (processes, envs per process)
+
+
+def run_ddp(nproc, num_envs, total_timesteps, log_dir):
+    """One torchrun launch of algos/ppo_ddp_torch.py on the CPU (gloo); returns rank 0's SPS over
+    the training loop (its last charts/SPS scalar: environment steps of all ranks per second, start-up
+    and the process group set-up excluded) and the launch's wall time (start-up included)."""
+    import os
+    import subprocess
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    root = Path(__file__).resolve().parents[1]
+    run_log = Path(log_dir) / f"{nproc}x{num_envs}_{time.time_ns()}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           DDP_SCRIPT, "--total-timesteps", str(total_timesteps), "--num-envs", str(num_envs),
+           "--log-dir", str(run_log), "--no-progress", "--no-cuda"]
+    start = time.time()
+    subprocess.run(cmd, cwd=root, check=True, capture_output=True, text=True,
+                   env=dict(os.environ, OMP_NUM_THREADS="1"))
+    wall_time = time.time() - start
+    (run_dir,) = list(run_log.iterdir())  # only rank 0 writes one
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    sps = events.Scalars("charts/SPS")[-1]
+    return {"sps": sps.value, "global_step": sps.step, "wall_time": wall_time}
+
+
+def ddp_main(argv):
+    """`python tests/benchmark.py ddp`: PPO SPS of algos/ppo_ddp_torch.py at 1 process x 8 envs,
+    2 processes x 4 envs (the same 8 environments in all) and 2 x 8, interleaved repeats, medians."""
+    import os
+    parser = argparse.ArgumentParser(prog="benchmark.py ddp")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--total-timesteps", type=int, default=100_000)
+    opts = parser.parse_args(argv)
+    print(f"{DDP_SCRIPT}, CartPole-v1, {opts.total_timesteps:,} steps, torchrun on the CPU (gloo), "
+          f"1 torch thread per process; {os.cpu_count()} CPU cores here")
+    results = {layout: [] for layout in DDP_LAYOUTS}
+    with tempfile.TemporaryDirectory() as log_dir:
+        for _ in range(opts.repeats):  # interleaved, so drift in machine load hits all layouts alike
+            for nproc, num_envs in DDP_LAYOUTS:
+                r = run_ddp(nproc, num_envs, opts.total_timesteps, log_dir)
+                results[(nproc, num_envs)].append(r)
+                print(f"  {nproc} process(es) x {num_envs} envs: {r['sps']:,.0f} SPS, "
+                      f"launch wall time {r['wall_time']:.1f} s", flush=True)
+    print("\n| processes x envs each | total envs | steps | median SPS | SPS per process | median launch wall time (s) | runs |")
+    print("|---|---|---|---|---|---|---|")
+    medians = {}
+    for (nproc, num_envs), runs in results.items():
+        medians[(nproc, num_envs)] = statistics.median(r["sps"] for r in runs)
+        print(f"| {nproc} x {num_envs} | {nproc * num_envs} | {runs[0]['global_step']:,} | "
+              f"{medians[(nproc, num_envs)]:,.0f} | {medians[(nproc, num_envs)] / nproc:,.0f} | "
+              f"{statistics.median(r['wall_time'] for r in runs):.1f} | {len(runs)} |")
+    one, two = medians[(1, 8)], medians[(2, 4)]
+    print(f"\n2 x 4 / 1 x 8 SPS ratio (same 8 envs; >= 1: the 2-process run is not slower per env step): "
+          f"{two / one:.2f}")
+    print(f"2 x 8 / 1 x 8 SPS ratio: {medians[(2, 8)] / one:.2f}")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "ddp":  # a mode of its own: torchrun launches, not twins
+        return ddp_main(sys.argv[2:])
     parser = argparse.ArgumentParser()
     parser.add_argument("algo", help="algorithm name, e.g. ppo (algos/<algo>_torch.py and _jax.py)")
     parser.add_argument("--folder", default="algos")
