@@ -26,17 +26,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from evaluation import parse_seeds  # noqa: E402
 from helpers import ROOT, run_train  # noqa: E402
 
 OUT = ROOT / "docs" / "assets" / "curves"
 BAR = -300.0        # the issue's bar: "better than -300 on Pendulum"
 WINDOW = 5          # episodes in the running mean (as the PETS and MBPO specs' final_mean_return)
 STEPS = 3_000       # 15 Pendulum episodes
-
-
-def seed_list(text):
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
 
 
 def steps_to_bar(steps, returns, bar=BAR, window=WINDOW):
@@ -67,7 +63,7 @@ def main():
     p.add_argument("--sac-twins", default="torch,jax")
     p.add_argument("--log-dir", default=str(ROOT / "runs" / "model_based"))
     opts = p.parse_args()
-    seeds = seed_list(opts.seeds)
+    seeds = parse_seeds(opts.seeds)
 
     rows = []  # (method, twin, seed, episode, step, return)
     with open(OUT / "pets_pendulum.runs.csv") as f:
