@@ -1,0 +1,379 @@
+"""Maximum-entropy inverse reinforcement learning on a tabular gridworld -- the JAX twin.
+
+Paper:  Ziebart, Maas, Bagnell and Dey 2008, "Maximum Entropy Inverse Reinforcement Learning",
+        AAAI 2008 (no arXiv id); the soft (causal) value iteration form of the backward pass follows
+        Ziebart 2010, "Modeling Purposeful Adaptive Behavior with the Principle of Maximum Causal
+        Entropy" (PhD thesis, CMU) and Levine 2018, arXiv:1805.00909 (control as inference).
+Twin:   algos/maxent_irl_torch.py (`diff algos/maxent_irl_torch.py algos/maxent_irl_jax.py` shows only
+        the framework).
+Docs:   docs/algorithms/maxent_irl.md
+
+The dynamics P(s' | s, a) of a small gridworld are known (slippery: with probability `slip` the
+move is replaced by one of the five actions drawn uniformly). A true reward, used only to make the
+expert and to score, sits on the cells: goal +5, puddle -5, free 0. The expert is the soft-optimal
+(Boltzmann) policy of that reward, pi(a | s) = exp(Q(s, a) - V(s)), and the demonstrations are
+`num_demos` episodes of `horizon` steps sampled from it from the start cell. The learner sees the
+demonstrations, P and the state features f(s) (cell-type indicators [free, goal, puddle] by default,
+one-hot states with --features onehot), never the reward. It fits r_theta(s) = theta . f(s) by
+gradient ascent (Adam) on the demonstrations' max-ent log-likelihood, whose gradient is
+E_expert[sum_t gamma^t f(s_t)] - E_theta[sum_t gamma^t f(s_t)]: each step runs soft value iteration
+on r_theta (the backward pass), then the forward pass that gives the expected discounted state
+visitation of the learner's soft policy over the same horizon, then one Adam step.
+Discounted, infinite-horizon soft values (a stationary policy), visitations truncated at the
+demonstrations' horizon: sum_s D(s) = (1 - gamma^horizon) / (1 - gamma) (= horizon for gamma = 1).
+
+Verified (tests/): the MaxEnt IRL worked problem (soft value iteration on a two-state MDP solved
+by hand: V = [ln 9, ln 36], pi(. | 0) = [1/3, 2/3]; the visitation frequencies [43/36, 5/9] summing
+to 1 + 0.5 + 0.25, and to the horizon without discount; the gradient is zero when the learner's
+feature expectations equal the expert's and points toward the expert's states otherwise), bad input
+(unknown grid or features, horizon < 1, zero demonstrations, gamma outside [0, 1)), parity with the
+PyTorch twin within 1e-5 (every module-level function and a whole short run), a smoke run, bit-identical
+figures for two runs with the same seed, and learning (tests/registry.py: policy_match >= 0.9 on each
+of seeds 1-5): on the default puddle7x7 grid the recovered reward's greedy action is one of the
+expert's in 48 or 49 of the 49 cells (policy_match 0.980 / 1.000 / 0.980 / 0.980 / 1.000 for seeds
+1-5 of the demonstration sampling, both twins; the swapped cells are near-ties for the expert), and
+its greedy policy's true 30-step return is 89.56-89.66 against the expert's 89.66 (docs page: the
+table, 10 and 1000 demonstrations, one-hot features).
+Reproduce: python algos/maxent_irl_jax.py --seed 1
+"""
+import functools
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from tensorboardX import SummaryWriter
+
+
+@dataclass
+class Args:
+    seed: int = 1
+    """seed of python, numpy, the framework and the demonstration sampling"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    grid: str = "puddle7x7"
+    """the gridworld (see GRIDS): puddle7x7 or open5x5"""
+    features: str = "cell_type"
+    """state features f(s): cell_type (indicators of free, goal, puddle) or onehot (one per cell)"""
+    slip: float = 0.1
+    """probability that a move is replaced by an action drawn uniformly from the five"""
+    gamma: float = 0.9
+    """discount factor of the soft values and of the visitation frequencies"""
+    horizon: int = 30
+    """steps per demonstration and per evaluation episode (the forward pass's horizon)"""
+    num_demos: int = 100
+    """demonstrations sampled from the expert's soft-optimal policy"""
+    total_steps: int = 300
+    """IRL gradient steps (each: soft value iteration, the forward pass, one Adam step on theta)"""
+    learning_rate: float = 0.1
+    """Adam learning rate of the reward weights theta"""
+    soft_vi_sweeps: int = 150
+    """sweeps of soft value iteration per gradient step, from V = 0 (error <= gamma^sweeps * |V|)"""
+    eval_every: int = 20
+    """gradient steps between evaluations of the recovered policy"""
+    save_model: bool = False
+    """save theta to the run directory and evaluate the saved reward's greedy policy"""
+    eval_episodes: int = 10
+    """episodes per evaluation and for the saved-model evaluation"""
+    log_dir: str = "runs"
+    """parent folder of the TensorBoard run directory"""
+    progress: bool = True
+    """show a live progress line on the terminal"""
+
+
+# Smallest run that exercises every code path; tests/smoke uses it.
+SMOKE_ARGS = dict(grid="open5x5", num_demos=5, horizon=10, total_steps=6, soft_vi_sweeps=20, eval_every=3,
+                  save_model=True, eval_episodes=2)
+
+# Gridworlds, top row first: "S" start, "G" goal, "~" puddle, "." free. No walls: a move off the
+# grid leaves the agent where it is.
+GRIDS = {
+    "puddle7x7": (
+        "S......",
+        ".~~~...",
+        ".~~....",
+        ".......",
+        "...~~G.",
+        ".......",
+        ".......",
+    ),
+    "open5x5": (
+        "S....",
+        ".....",
+        ".....",
+        ".....",
+        "....G",
+    ),
+}
+CELL_TYPES = (".S", "G", "~")  # the cell_type features: free (start included), goal, puddle
+TRUE_THETA = (0.0, 5.0, -5.0)  # the true reward of each cell type; the learner never sees it
+# Moves (d_row, d_col) of the actions 0-4: up, down, left, right, stay.
+MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1), (0, 0))
+TIE_TOL = 1e-4  # actions within this of the best Q count as greedy (ties in symmetric cells)
+
+
+# ----------------------------------------------------------------------------- pure math
+def soft_value_iteration(r, P, gamma, num_sweeps):
+    """Backward pass: num_sweeps soft Bellman backups from V = 0,
+    Q(s, a) = r(s) + gamma * sum_s' P(s' | s, a) V(s'),  V(s) = log sum_a exp Q(s, a),
+    a gamma-contraction like the hard one. Returns (Q, V, pi) of the last backup, pi = exp(Q - V).
+    Shapes: r (S,), P (S, A, S) -> Q (S, A), V (S,), pi (S, A)."""
+    V = jnp.zeros(P.shape[0], dtype=P.dtype)
+    V = jax.lax.fori_loop(0, num_sweeps, lambda _, V: jax.nn.logsumexp(r[:, None] + gamma * P @ V, -1), V)
+    Q = r[:, None] + gamma * P @ V
+    V = jax.nn.logsumexp(Q, -1)
+    return Q, V, jnp.exp(Q - V[:, None])
+
+
+def state_visitation(pi, P, start, gamma, horizon):
+    """Forward pass: expected discounted state visitation D(s) = sum_{t < horizon} gamma^t d_t(s), with
+    d_0 = start and d_{t+1}(s') = sum_{s, a} d_t(s) pi(a | s) P(s' | s, a). With stochastic rows of P
+    it sums to (1 - gamma^horizon) / (1 - gamma), or to horizon when gamma = 1."""
+    def step(carry, _):
+        d, D, discount = carry
+        D = D + discount * d
+        d = jnp.einsum("s,sa,sat->t", d, pi, P)
+        return (d, D, discount * gamma), None
+
+    (_, D, _), _ = jax.lax.scan(step, (start, jnp.zeros_like(start), jnp.ones((), start.dtype)), None, length=horizon)
+    return D
+
+
+def expert_feature_expectations(states, features, gamma):
+    """Empirical E_expert[sum_t gamma^t f(s_t)]: the mean over demonstrations of the discounted sum
+    of features along each. states (N, T) int64, features (S, K) -> (K,)."""
+    discounts = gamma ** jnp.arange(states.shape[1], dtype=features.dtype)
+    return (discounts[None, :, None] * features[states]).sum(1).mean(0)
+
+
+def maxent_gradient(mu_expert, visitation, features):
+    """Gradient of the demonstrations' max-ent log-likelihood in theta (reward = features @ theta):
+    the expert's feature expectations minus the learner's, mu_E - F^T D. Zero when they match."""
+    return mu_expert - features.T @ visitation
+
+
+def greedy_actions(Q):
+    """argmax_a Q(s, a) per state; ties go to the lowest action index."""
+    return jnp.argmax(Q, -1)
+
+
+def policy_match(Q_learner, Q_expert, tol, mask):
+    """Fraction of the states with mask 1 where the learner's greedy action is one of the expert's
+    greedy actions (those within tol of the expert's best Q: exact ties occur in symmetric cells)."""
+    chosen = jnp.take_along_axis(Q_expert, greedy_actions(Q_learner)[:, None], -1)[:, 0]
+    match = (chosen >= Q_expert.max(-1) - tol).astype(Q_expert.dtype)
+    return (match * mask).sum() / mask.sum()
+
+
+def policy_return(pi, P, start, r, horizon):
+    """Exact expected undiscounted return of pi over horizon steps under reward r: the forward pass
+    with gamma = 1, dotted with r."""
+    return state_visitation(pi, P, start, 1.0, horizon) @ r
+
+
+# ----------------------------------------------------------------------------- the gridworld (numpy)
+def make_gridworld(grid, slip, features):
+    """(P, r_true, F, start) as float32 numpy arrays of a layout in GRIDS: P (S, 5, S), r_true (S,),
+    F (S, K) the state features, start (S,) one-hot on the start cell."""
+    layout = GRIDS[grid]
+    rows, cols = len(layout), len(layout[0])
+    cells = "".join(layout)
+    num_states, num_actions = rows * cols, len(MOVES)
+    P = np.zeros((num_states, num_actions, num_states), dtype=np.float32)
+    for s in range(num_states):
+        row, col = divmod(s, cols)
+        for a, (d_row, d_col) in enumerate(MOVES):
+            r2, c2 = row + d_row, col + d_col
+            if not (0 <= r2 < rows and 0 <= c2 < cols):
+                r2, c2 = row, col  # the edge stops the move
+            P[s, a, r2 * cols + c2] = 1.0
+    # slip: with probability slip the executed action is drawn uniformly from all five
+    P = ((1.0 - slip) * P + slip * P.mean(1, keepdims=True)).astype(np.float32)
+    cell_type = np.array([[c in kinds for kinds in CELL_TYPES] for c in cells], dtype=np.float32)
+    r_true = (cell_type @ np.asarray(TRUE_THETA, dtype=np.float32)).astype(np.float32)
+    F = cell_type if features == "cell_type" else np.eye(num_states, dtype=np.float32)
+    start = np.array([c == "S" for c in cells], dtype=np.float32)
+    return P, r_true, F, start
+
+
+def sample_episodes(pi, P, start, horizon, num_episodes, rng):
+    """Roll out a tabular policy pi (S, A) numpy for horizon steps from the start distribution:
+    states and actions (num_episodes, horizon) int64, drawn with the numpy generator rng."""
+    num_states, num_actions = pi.shape
+    states = np.zeros((num_episodes, horizon), dtype=np.int64)
+    actions = np.zeros((num_episodes, horizon), dtype=np.int64)
+    cum_pi, cum_P, cum_start = np.cumsum(pi, -1), np.cumsum(P, -1), np.cumsum(start)
+    for i in range(num_episodes):
+        s = min(int(np.searchsorted(cum_start, rng.random() * cum_start[-1])), num_states - 1)
+        for t in range(horizon):
+            a = min(int(np.searchsorted(cum_pi[s], rng.random() * cum_pi[s, -1])), num_actions - 1)
+            states[i, t], actions[i, t] = s, a
+            s = min(int(np.searchsorted(cum_P[s, a], rng.random() * cum_P[s, a, -1])), num_states - 1)
+    return states, actions
+
+
+def run_greedy_episodes(policy, P, start, r_true, horizon, episodes, seed):
+    """Undiscounted true-reward returns of a deterministic policy (an int per state); episode i runs
+    with a fresh generator seeded seed + i."""
+    pi = np.eye(P.shape[1], dtype=np.float32)[policy]
+    returns = []
+    for i in range(episodes):
+        states, _ = sample_episodes(pi, P, start, horizon, 1, np.random.default_rng(seed + i))
+        returns.append(float(r_true[states[0]].sum()))
+    return returns
+
+
+def check_args(args):
+    """Bad input stops here, before any run directory is written."""
+    if args.grid not in GRIDS:
+        raise ValueError(f"unknown grid {args.grid!r}; valid grids: {', '.join(GRIDS)}")
+    if args.features not in ("cell_type", "onehot"):
+        raise ValueError(f"unknown features {args.features!r}; valid: cell_type, onehot")
+    if args.horizon < 1:
+        raise ValueError(f"horizon = {args.horizon}: a demonstration needs at least one step")
+    if args.num_demos < 1:
+        raise ValueError(f"num_demos = {args.num_demos}: IRL needs at least one demonstration")
+    if not 0.0 <= args.gamma < 1.0:
+        raise ValueError(f"gamma = {args.gamma}: soft value iteration needs 0 <= gamma < 1 (a contraction)")
+    if not 0.0 <= args.slip <= 1.0:
+        raise ValueError(f"slip = {args.slip}: a probability, in [0, 1]")
+    for name in ("total_steps", "soft_vi_sweeps", "eval_every", "eval_episodes"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"{name} = {getattr(args, name)}: must be at least 1")
+
+
+def evaluate(model_path, grid, features, slip, gamma, horizon, soft_vi_sweeps, eval_episodes, seed):
+    """Load the saved theta; run the greedy policy of its soft-optimal Q under the true reward."""
+    P_np, r_np, F_np, start_np = make_gridworld(grid, slip, features)
+    with open(model_path, "rb") as f:
+        theta = jnp.asarray(flax.serialization.msgpack_restore(f.read())["theta"])
+    Q, _, _ = soft_value_iteration(jnp.asarray(F_np) @ theta, jnp.asarray(P_np), gamma, soft_vi_sweeps)
+    return run_greedy_episodes(np.asarray(greedy_actions(Q)), P_np, start_np, r_np, horizon, eval_episodes, seed)
+
+
+# ----------------------------------------------------------------------------- training
+def train(args: Args) -> dict:
+    check_args(args)
+    script = os.path.basename(__file__).removesuffix(".py")
+    run_dir = os.path.join(args.log_dir, f"{args.grid}__{script}__{args.seed}__{int(time.time())}")
+    writer = SummaryWriter(run_dir)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
+                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    # Seeding: python, numpy, jax; the demonstrations come from a numpy generator seeded with seed.
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    key = jax.random.PRNGKey(args.seed)  # unused: the only randomness is the numpy demonstration sampling
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
+
+    # ---- the model, the expert and its demonstrations
+    P_np, r_np, F_np, start_np = make_gridworld(args.grid, args.slip, args.features)
+    P, r_true, F, start = (jnp.asarray(x) for x in (P_np, r_np, F_np, start_np))
+    Q_expert, _, pi_expert = soft_value_iteration(r_true, P, args.gamma, args.soft_vi_sweeps)
+    rng = np.random.default_rng(args.seed)
+    demo_states, _ = sample_episodes(np.asarray(pi_expert), P_np, start_np, args.horizon, args.num_demos, rng)
+    mu_expert = expert_feature_expectations(jnp.asarray(demo_states), F, args.gamma)
+    demo_mean_return = float(r_np[demo_states].sum(1).mean())
+    visited = jnp.asarray(np.bincount(demo_states.reshape(-1), minlength=len(r_np)) > 0, dtype=P.dtype)
+    num_actions = P.shape[1]
+    expert_greedy = jax.nn.one_hot(greedy_actions(Q_expert), num_actions, dtype=P.dtype)
+    expert_return = float(policy_return(expert_greedy, P, start, r_true, args.horizon))
+
+    # ---- the reward weights and their optimiser (gradient ascent: Adam minimises -log-likelihood)
+    theta = jnp.zeros(F.shape[1])
+    optimizer = optax.adam(args.learning_rate)
+    opt_state = optimizer.init(theta)
+
+    @functools.partial(jax.jit, static_argnums=2)
+    def irl_update(theta, opt_state, num_steps):
+        """num_steps IRL gradient steps, each: the backward pass (soft value iteration on r_theta), the
+        forward pass (the learner's visitation), one Adam step on theta. Returns ||grad|| per step.
+        One jitted lax.scan over the steps."""
+        def irl_step(carry, _):
+            theta, opt_state = carry
+            _, _, pi = soft_value_iteration(F @ theta, P, args.gamma, args.soft_vi_sweeps)
+            D = state_visitation(pi, P, start, args.gamma, args.horizon)
+            grad = maxent_gradient(mu_expert, D, F)
+            updates, opt_state = optimizer.update(-grad, opt_state)  # ascent on the log-likelihood
+            return (optax.apply_updates(theta, updates), opt_state), jnp.linalg.norm(grad)
+
+        (theta, opt_state), gaps = jax.lax.scan(irl_step, (theta, opt_state), None, length=num_steps)
+        return theta, opt_state, gaps
+
+    @jax.jit
+    def scores(theta):
+        """The recovered reward's soft-optimal Q against the expert's: policy_match over all cells and
+        over the demonstrated ones, the exact true return of its greedy policy, and that policy."""
+        Q, _, _ = soft_value_iteration(F @ theta, P, args.gamma, args.soft_vi_sweeps)
+        greedy = jax.nn.one_hot(greedy_actions(Q), num_actions, dtype=P.dtype)
+        return (policy_match(Q, Q_expert, TIE_TOL, jnp.ones_like(visited)), policy_match(Q, Q_expert, TIE_TOL, visited),
+                policy_return(greedy, P, start, r_true, args.horizon), greedy_actions(Q))
+
+    start_time = time.time()
+    episodic_returns, feature_gap_curve, eval_returns = [], [], []
+    step, last_print = 0, 0.0
+    while step < args.total_steps:
+        theta, opt_state, gaps = irl_update(theta, opt_state, min(args.eval_every, args.total_steps - step))
+        for gap in np.asarray(gaps).tolist():
+            step += 1
+            feature_gap_curve.append((step, gap))
+            writer.add_scalar("losses/feature_gap", gap, step)
+        match, match_visited, recovered_return, policy = scores(theta)
+        match, match_visited, recovered_return = float(match), float(match_visited), float(recovered_return)
+        eval_returns = run_greedy_episodes(np.asarray(policy), P_np, start_np, r_np, args.horizon, args.eval_episodes,
+                                           args.seed + 10_000)
+        for ret in eval_returns:
+            episodic_returns.append((step, ret))
+            writer.add_scalar("eval/episodic_return", ret, step)
+        writer.add_scalar("charts/policy_match", match, step)
+        writer.add_scalar("charts/true_return_of_recovered_policy", recovered_return, step)
+        writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
+        if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
+            last_print = time.time()
+            print(f"\rstep {step}/{args.total_steps}  feature gap {gap:.4f}  policy match {match:.3f}  "
+                  f"true return {recovered_return:.2f} (expert {expert_return:.2f})", end="", file=sys.stderr, flush=True)
+    if args.progress:
+        print(file=sys.stderr)
+    wall_time = time.time() - start_time
+    writer.add_scalar("charts/expert_return", expert_return, step)
+
+    summary = {
+        "episodic_returns": episodic_returns,
+        "final_mean_return": float(np.mean(eval_returns)),
+        "policy_match": match,
+        "policy_match_visited": match_visited,
+        "true_return_of_recovered_policy": recovered_return,
+        "expert_return": expert_return,
+        "demo_mean_return": demo_mean_return,
+        "feature_gap_curve": feature_gap_curve,
+        "theta": np.asarray(theta).tolist(),
+        "sps": step / wall_time,
+        "wall_time": wall_time,
+        "global_step": step,
+        "run_dir": run_dir,
+        "losses": {"feature_gap": gap},
+    }
+    if args.save_model:
+        model_path = os.path.join(run_dir, "model.msgpack")
+        with open(model_path, "wb") as f:
+            f.write(flax.serialization.msgpack_serialize({"theta": np.asarray(theta)}))
+        saved_returns = evaluate(model_path, args.grid, args.features, args.slip, args.gamma, args.horizon,
+                                 args.soft_vi_sweeps, args.eval_episodes, seed=args.seed + 10_000)
+        for i, r in enumerate(saved_returns):
+            writer.add_scalar("eval/saved_model_return", r, i)
+        summary.update(model_path=model_path, eval_mean_return=float(np.mean(saved_returns)))
+    writer.close()
+    return summary
+
+
+if __name__ == "__main__":
+    train(tyro.cli(Args))
