@@ -1,0 +1,416 @@
+"""Decision Transformer: offline RL as return-conditioned sequence modelling -- the JAX twin.
+
+Paper:  Chen et al. 2021, "Decision Transformer: Reinforcement Learning via Sequence Modeling",
+        arXiv:2106.01345.
+Twin:   algos/decision_transformer_torch.py (`diff` the two files: only the framework differs).
+Docs:   docs/algorithms/decision_transformer.md
+
+A small causal transformer (its own GPT, written here) reads the last K timesteps of a trajectory as
+3K tokens (R_1, s_1, a_1, R_2, s_2, a_2, ...), where R_t is the undiscounted return-to-go divided by
+a constant (return_scale: 1000 on Pendulum, 1 on the stitch maze), and predicts each action a_t from
+the output at the state token s_t (MSE; tanh scaled to the action bounds). At test time it is given a
+target return, which falls by every reward received; several targets are evaluated.
+
+Verified (tests/): returns_to_go and the left-padded windows (gather_windows) on hand numbers, the
+interleaved tokens and the masked action loss, padding invariance (a left-padded short window
+predicts the same actions at its real positions as the unpadded one) and causality (changing a
+later token leaves every earlier prediction unchanged), bad input refused before a run directory is
+written, parity with the PyTorch twin (every module-level function, the loss gradients, the transformer
+on the same weights within 1e-5), a smoke run and the same figures twice with the same seed.
+Measured (docs/algorithms/decision_transformer.md; defaults, 1000 gradient steps, seeds 1-5 of both
+twins): pendulum-replay at target -150, JAX normalised 27.9 / 30.9 / 14.9 / 22.1 / 15.3 (IQM 21.8),
+below the behaviour policy's 25; pointmaze-stitch at target 1: 0.5 (the decoy, normalised 49.5) on
+every seed of both twins, it does not stitch start -> waypoint -> goal (target 0 reaches the waypoint,
+then misses the goal: return 0).
+Reproduce: python algos/decision_transformer_jax.py --seed 1
+"""
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+
+import flax.linen as nn
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from tensorboardX import SummaryWriter
+
+import offline_data
+
+
+@dataclass
+class Args:
+    seed: int = 1
+    """seed of python, numpy, the framework and the environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    dataset: str = "pendulum-replay"
+    """offline dataset (algos/offline_data.py); Box actions only"""
+    total_steps: int = 1_000
+    """gradient steps"""
+    batch_size: int = 32
+    """windows of context_len timesteps per gradient step"""
+    learning_rate: float = 1e-3
+    """AdamW learning rate (after the linear warm-up)"""
+    weight_decay: float = 1e-4
+    """AdamW weight decay"""
+    warmup_steps: int = 100
+    """the learning rate rises linearly from learning_rate / warmup_steps to learning_rate"""
+    max_grad_norm: float = 0.25
+    """gradients are clipped to this global norm"""
+    context_len: int = 10
+    """K: timesteps in the context (3K tokens)"""
+    embed_dim: int = 64
+    """width of the token embeddings and of the transformer"""
+    n_layer: int = 2
+    """transformer blocks"""
+    n_head: int = 1
+    """attention heads per block (must divide embed_dim)"""
+    return_scale: float = 0.0
+    """returns-to-go are divided by this; 0 picks the environment's (RETURN_SCALE)"""
+    target_returns: tuple[float, ...] = ()
+    """returns to condition the evaluation on, highest first; () picks the environment's (TARGET_RETURNS)"""
+    eval_every: int = 250
+    """gradient steps between evaluations"""
+    eval_episodes: int = 10
+    """episodes per target return per evaluation (and for the saved-model evaluation)"""
+    save_model: bool = False
+    """save the trained parameters to the run directory and evaluate the saved policy"""
+    log_dir: str = "runs"
+    """parent folder of the TensorBoard run directory"""
+    progress: bool = True
+    """show a live progress line on the terminal"""
+
+
+# Smallest run that exercises every code path; tests/smoke uses it.
+SMOKE_ARGS = dict(dataset="pointmaze-stitch", total_steps=20, batch_size=8, warmup_steps=5, context_len=4,
+                  embed_dim=16, eval_every=10, eval_episodes=1, save_model=True)
+
+# Returns-to-go are divided by a constant of the order of the returns, so that the return token is O(1).
+RETURN_SCALE = {"Pendulum-v1": 1000.0, "PointMazeStitch-v0": 1.0}
+# Targets per environment, highest first: Pendulum's expert scores about -150 and the datasets' best
+# trajectories -250 (medium) / -380 (replay); the stitch maze pays 1 at the goal, 0.5 at the decoy.
+TARGET_RETURNS = {"Pendulum-v1": (-150.0, -400.0, -800.0), "PointMazeStitch-v0": (1.0, 0.5, 0.0)}
+
+
+# ----------------------------------------------------------------------------- pure math
+def returns_to_go(rewards, bounds):
+    """R_t = sum_{t' >= t} r_t' inside each trajectory [start, end) (undiscounted; numpy, the data's)."""
+    rtg = np.zeros(len(rewards), dtype=np.float64)
+    for start, end in bounds:
+        rtg[start:end] = np.cumsum(rewards[start:end][::-1])[::-1]
+    return rtg.astype(np.float32)
+
+
+def gather_windows(arrays, starts, ends, firsts, context_len):
+    """Windows [first, min(first + K, end)) of each row's trajectory [start, end), LEFT-padded to K.
+
+    Returns each array of `arrays` gathered to (B, K, ...) with zeros at the padding, the mask (B, K)
+    (1 = a real timestep) and the timesteps (B, K) counted from the trajectory's start (0 at padding).
+    A short window (near a trajectory's end, or early in an evaluation episode) has its real steps on
+    the right, so the last position is always the latest real step."""
+    lengths = np.minimum(firsts + context_len, ends) - firsts
+    offsets = np.arange(context_len)[None, :] - (context_len - lengths)[:, None]
+    mask = offsets >= 0
+    index = firsts[:, None] + np.maximum(offsets, 0)
+    out = {}
+    for name, array in arrays.items():
+        window = array[index]
+        out[name] = np.where(mask.reshape(mask.shape + (1,) * (window.ndim - 2)), window, 0).astype(np.float32)
+    out["timesteps"] = np.where(mask, index - starts[:, None], 0).astype(np.int64)
+    out["mask"] = mask.astype(np.float32)
+    return out
+
+
+def interleave_tokens(return_tokens, state_tokens, action_tokens):
+    """(B, K, D) x 3 -> (B, 3K, D) in the order R_1, s_1, a_1, R_2, s_2, a_2, ..."""
+    B, K, D = state_tokens.shape
+    return jnp.stack([return_tokens, state_tokens, action_tokens], axis=2).reshape(B, 3 * K, D)
+
+
+def attention_allowed(mask):
+    """(B, K) timestep mask -> (B, 1, 3K, 3K) booleans: token i may attend to token j when j <= i
+    (causal) and j is a real token (not left padding)."""
+    token_mask = jnp.repeat(mask, 3, axis=1) > 0
+    T = token_mask.shape[1]
+    causal = jnp.tril(jnp.ones((T, T), dtype=bool))
+    return causal[None, None] & token_mask[:, None, None, :]
+
+
+def dt_action_loss(predicted, actions, mask):
+    """Mean squared error of the predicted actions over the real timesteps only (padding masked)."""
+    per_step = ((predicted - actions) ** 2).mean(-1)
+    return (per_step * mask).sum() / mask.sum()
+
+
+# ----------------------------------------------------------------------------- networks
+init = nn.initializers.normal(0.02)
+Dense = partial(nn.Dense, kernel_init=init, bias_init=nn.initializers.zeros)
+LayerNorm = partial(nn.LayerNorm, epsilon=1e-5, use_fast_variance=False)  # torch's LayerNorm
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: LayerNorm -> masked self-attention -> residual, LayerNorm -> ReLU MLP -> residual."""
+
+    embed_dim: int
+    n_head: int
+
+    @nn.compact
+    def __call__(self, x, allowed):
+        B, T, D = x.shape
+        hd = D // self.n_head
+        q, k, v = jnp.split(Dense(3 * D, name="qkv")(LayerNorm(name="ln1")(x)), 3, axis=-1)
+        q, k, v = (z.reshape(B, T, self.n_head, hd).transpose(0, 2, 1, 3) for z in (q, k, v))
+        att = (q @ k.transpose(0, 1, 3, 2)) / np.sqrt(hd)
+        # -1e9, not -inf: a padding query sees only padding keys, and its (unused) row stays finite
+        att = jax.nn.softmax(jnp.where(allowed, att, -1e9), axis=-1)
+        y = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, D)
+        x = x + Dense(D, name="proj")(y)
+        return x + Dense(D, name="fc_proj")(nn.relu(Dense(4 * D, name="fc")(LayerNorm(name="ln2")(x))))
+
+
+class DecisionTransformer(nn.Module):
+    """Per-modality linear embeddings plus a learned timestep embedding, a causal transformer over
+    the interleaved (R, s, a) tokens, and an action head on each state token's output:
+    a_t = scale * tanh(W h(s_t)) + bias, inside the Box."""
+
+    obs_dim: int
+    action_dim: int
+    embed_dim: int
+    n_layer: int
+    n_head: int
+    max_timestep: int
+    action_scale: tuple
+    action_bias: tuple
+
+    @nn.compact
+    def __call__(self, returns_to_go, states, actions, timesteps, mask):
+        """(B, K, 1), (B, K, obs), (B, K, act), (B, K) int, (B, K) -> (B, K, act) predicted actions."""
+        time_emb = nn.Embed(self.max_timestep, self.embed_dim, embedding_init=init, name="embed_timestep")(timesteps)
+        x = interleave_tokens(Dense(self.embed_dim, name="embed_return")(returns_to_go) + time_emb,
+                              Dense(self.embed_dim, name="embed_state")(states) + time_emb,
+                              Dense(self.embed_dim, name="embed_action")(actions) + time_emb)
+        x = LayerNorm(name="embed_ln")(x)
+        allowed = attention_allowed(mask)
+        for i in range(self.n_layer):
+            x = Block(self.embed_dim, self.n_head, name=f"h_{i}")(x, allowed)
+        x = LayerNorm(name="ln_f")(x)
+        B, T, D = x.shape
+        state_out = x.reshape(B, T // 3, 3, D)[:, :, 1]  # the output at s_t has seen R_<=t, s_<=t, a_<t
+        return (jnp.tanh(Dense(self.action_dim, name="predict_action")(state_out)) * jnp.asarray(self.action_scale)
+                + jnp.asarray(self.action_bias))
+
+
+def check_args(args):
+    """Bad input stops here, before any run directory is written. Returns the dataset's info."""
+    info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
+    if info["discrete"]:
+        raise ValueError(f"{args.dataset} has discrete actions; this script is for Box actions. For "
+                         f"discrete offline data use algos/bc_jax.py or algos/cql_jax.py")
+    for name in ("total_steps", "batch_size", "context_len", "embed_dim", "n_layer", "n_head", "eval_every",
+                 "eval_episodes", "warmup_steps"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
+    if args.embed_dim % args.n_head:
+        raise ValueError(f"embed_dim = {args.embed_dim} is not divisible by n_head = {args.n_head}")
+    if args.return_scale < 0:
+        raise ValueError(f"return_scale = {args.return_scale} must be positive (or 0 for the environment's)")
+    return info
+
+
+def run_episodes(policy, env_id, targets, episodes, seed, context_len, return_scale, state_mean, state_std):
+    """Every (target, episode) pair at once, one environment each, stepped in lockstep so that each
+    step is ONE batched forward pass. Episode i is seeded seed + i for every target. The return-to-go
+    starts at the target and falls by each reward received; the model sees the last K steps.
+    Returns the undiscounted returns, shape (len(targets), episodes)."""
+    envs = [offline_data.make_env(env_id) for _ in targets for _ in range(episodes)]
+    E, T = len(envs), envs[0].spec.max_episode_steps
+    obs = np.stack([env.reset(seed=seed + i % episodes)[0] for i, env in enumerate(envs)])
+    history = {"returns_to_go": np.zeros((E * T, 1), np.float32),
+               "states": np.zeros((E * T, obs.shape[1]), np.float32),
+               "actions": np.zeros((E * T, envs[0].action_space.shape[0]), np.float32)}
+    rtg = np.repeat(np.asarray(targets, dtype=np.float64), episodes)
+    totals, done = np.zeros(E), np.zeros(E, dtype=bool)
+    starts = np.arange(E) * T
+    for t in range(T):
+        history["returns_to_go"][starts + t, 0] = rtg / return_scale
+        history["states"][starts + t] = (obs - state_mean) / state_std
+        batch = gather_windows(history, starts, starts + t + 1, np.maximum(starts, starts + t + 1 - context_len),
+                               context_len)
+        actions = policy(batch)
+        history["actions"][starts + t] = actions
+        for i in np.flatnonzero(~done):
+            obs[i], reward, terminated, truncated, _ = envs[i].step(actions[i])
+            totals[i] += reward
+            rtg[i] -= reward
+            done[i] = terminated or truncated
+        if done.all():
+            break
+    for env in envs:
+        env.close()
+    return totals.reshape(len(targets), episodes)
+
+
+def evaluate(model_path, env_id, eval_episodes, seed, target_returns, context_len, return_scale, embed_dim, n_layer,
+             n_head):
+    """Load the saved parameters into a fresh network; run it at every target return (deterministic)."""
+    with open(model_path, "rb") as f:
+        saved = flax.serialization.msgpack_restore(f.read())
+    space = offline_data.make_env(env_id).action_space
+    model = DecisionTransformer(len(saved["state_mean"]), space.shape[0], embed_dim, n_layer, n_head,
+                                saved["params"]["params"]["embed_timestep"]["embedding"].shape[0],
+                                tuple(float(x) for x in (space.high - space.low) / 2.0),
+                                tuple(float(x) for x in (space.high + space.low) / 2.0))
+    params = saved["params"]
+
+    @jax.jit
+    def act(params, batch):
+        return model.apply(params, batch["returns_to_go"], batch["states"], batch["actions"], batch["timesteps"],
+                           batch["mask"])[:, -1]
+
+    def policy(batch):
+        return np.asarray(act(params, batch))
+    return run_episodes(policy, env_id, target_returns, eval_episodes, seed, context_len, return_scale,
+                        np.asarray(saved["state_mean"]), np.asarray(saved["state_std"]))
+
+
+# ----------------------------------------------------------------------------- training
+def train(args: Args) -> dict:
+    info = check_args(args)
+    env_id = info["env_id"]
+    return_scale = args.return_scale or RETURN_SCALE[env_id]
+    targets = tuple(args.target_returns) or TARGET_RETURNS[env_id]
+    script = os.path.basename(__file__).removesuffix(".py")
+    run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
+    writer = SummaryWriter(run_dir)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
+                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    # Seeding: python, numpy, jax and the evaluation environments (episode i gets seed + 10_000 + i).
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
+    device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
+    jax.config.update("jax_default_device", device)
+    key = jax.random.PRNGKey(args.seed)
+    rng = np.random.default_rng(args.seed)
+
+    # ---- the data: normalised states, scaled returns-to-go, trajectory bounds of every step
+    data = offline_data.load_dataset(args.dataset)
+    bounds = offline_data.episode_bounds(data)
+    state_mean = data["observations"].mean(0)
+    state_std = data["observations"].std(0) + 1e-6
+    arrays = {"returns_to_go": returns_to_go(data["rewards"], bounds)[:, None] / return_scale,
+              "states": (data["observations"] - state_mean) / state_std,
+              "actions": data["actions"].astype(np.float32)}
+    traj_start = np.concatenate([np.full(e - s, s) for s, e in bounds])
+    traj_end = np.concatenate([np.full(e - s, e) for s, e in bounds])
+    env = offline_data.make_env(env_id)
+    space, time_limit = env.action_space, env.spec.max_episode_steps
+    env.close()
+    obs_dim, action_dim = data["observations"].shape[1], space.shape[0]
+    max_timestep = max(time_limit, max(e - s for s, e in bounds))  # rows of the timestep embedding
+
+    model = DecisionTransformer(obs_dim, action_dim, args.embed_dim, args.n_layer, args.n_head, max_timestep,
+                                tuple(float(x) for x in (space.high - space.low) / 2.0),
+                                tuple(float(x) for x in (space.high + space.low) / 2.0))
+    key, init_key = jax.random.split(key)
+    example = gather_windows(arrays, traj_start[:1], traj_end[:1], np.zeros(1, dtype=np.int64), args.context_len)
+    params = model.init(init_key, example["returns_to_go"], example["states"], example["actions"],
+                        example["timesteps"], example["mask"])
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.adamw(lambda count: args.learning_rate * jnp.minimum(1.0, (count + 1) / args.warmup_steps),
+                    weight_decay=args.weight_decay))
+    opt_state = optimizer.init(params)
+
+    @jax.jit
+    def update(params, opt_state, batch):
+        """One AdamW step on the masked action MSE (gradient clipped to max_grad_norm), one jitted call."""
+        def loss_fn(params):
+            predicted = model.apply(params, batch["returns_to_go"], batch["states"], batch["actions"],
+                                    batch["timesteps"], batch["mask"])
+            return dt_action_loss(predicted, batch["actions"], batch["mask"])
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, {"action_loss": loss, "grad_norm": optax.global_norm(grads)}
+
+    @jax.jit
+    def act(params, batch):
+        return model.apply(params, batch["returns_to_go"], batch["states"], batch["actions"], batch["timesteps"],
+                           batch["mask"])[:, -1]
+
+    def policy(batch):
+        return np.asarray(act(params, batch))
+
+    episode_returns, returns_by_target, losses, last_print = [], {}, {}, 0.0
+    start_time = time.time()
+    for step in range(1, args.total_steps + 1):
+        # ---- a batch of K-step windows: a uniform random step of the data starts each window (so a
+        # trajectory is drawn in proportion to its length); windows running past its end are left-padded
+        firsts = rng.integers(0, len(data["rewards"]), size=args.batch_size)
+        batch = gather_windows(arrays, traj_start[firsts], traj_end[firsts], firsts, args.context_len)
+        params, opt_state, step_losses = update(params, opt_state, batch)
+
+        if step % 100 == 0 or step == args.total_steps:
+            losses = {name: float(value) for name, value in step_losses.items()}
+            sps = int(step / (time.time() - start_time))
+            for name, value in losses.items():
+                writer.add_scalar(f"losses/{name}", value, step)
+            writer.add_scalar("charts/learning_rate", args.learning_rate * min(1.0, step / args.warmup_steps), step)
+            writer.add_scalar("charts/SPS", sps, step)
+
+        # ---- evaluation at every target return; the curve and the score follow the first (highest)
+        if step % args.eval_every == 0 or step == args.total_steps:
+            returns = run_episodes(policy, env_id, targets, args.eval_episodes, args.seed + 10_000, args.context_len,
+                                   return_scale, state_mean, state_std)
+            for r in returns[0]:
+                episode_returns.append((step, float(r)))
+                writer.add_scalar("eval/episodic_return", r, step)
+            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, returns[0].mean())),
+                              step)
+            returns_by_target = {f"{target:g}": float(r.mean()) for target, r in zip(targets, returns)}
+            for target, value in returns_by_target.items():
+                writer.add_scalar(f"eval/return_at_target_{target}", value, step)
+        if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
+            last_print = time.time()
+            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {float(step_losses['action_loss']):.4f}  returns by target "
+                  f"{returns_by_target}  SPS {int(step / (time.time() - start_time)):5,d}", end="", file=sys.stderr,
+                  flush=True)
+    if args.progress:
+        print(file=sys.stderr)
+
+    wall_time = time.time() - start_time
+    final_mean_return = float(np.mean([r for s, r in episode_returns if s == args.total_steps]))
+    summary = {
+        "episodic_returns": episode_returns,
+        "final_mean_return": final_mean_return,
+        "normalized_score": float(offline_data.normalized_score(args.dataset, final_mean_return)),
+        "returns_by_target": returns_by_target,
+        "sps": args.total_steps / wall_time,
+        "wall_time": wall_time,
+        "global_step": args.total_steps,
+        "run_dir": run_dir,
+        "losses": losses,
+    }
+    if args.save_model:
+        model_path = os.path.join(run_dir, "model.msgpack")
+        with open(model_path, "wb") as f:
+            f.write(flax.serialization.msgpack_serialize({"params": jax.device_get(params), "state_mean": state_mean,
+                                                          "state_std": state_std}))
+        eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, targets[:1],
+                                args.context_len, return_scale, args.embed_dim, args.n_layer, args.n_head)[0]
+        for i, r in enumerate(eval_returns):
+            writer.add_scalar("eval/saved_model_return", r, i)
+        summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))
+    writer.close()
+    return summary
+
+
+if __name__ == "__main__":
+    train(tyro.cli(Args))

@@ -1,0 +1,366 @@
+"""TD3+BC: TD3 on a fixed dataset with a normalised behaviour-cloning term -- the PyTorch twin.
+
+Papers: Fujimoto & Gu 2021, "A Minimalist Approach to Offline Reinforcement Learning",
+        arXiv:2106.06860; Fujimoto et al. 2018 (TD3), arXiv:1802.09477.
+Twin:   algos/td3_bc_jax.py (`diff algos/td3_bc_torch.py algos/td3_bc_jax.py` shows only the framework).
+Docs:   docs/algorithms/td3_bc.md
+
+TD3 without an environment: the critics learn from the dataset's transitions (clipped double Q, target
+policy smoothing, delayed actor and Polyak targets, as in algos/td3_torch.py), and the actor maximises
+lambda Q(s, pi(s)) - (pi(s) - a)^2 with lambda = alpha / mean |Q(s, pi(s))| (no gradient through lambda).
+States are normalised by the dataset's mean and std (+1e-3); the statistics are saved with the model and
+applied at evaluation. --no-bc drops the BC term (plain offline TD3, the alpha -> infinity limit).
+
+Verified (tests/): bc_lambda and td3_bc_actor_loss on hand numbers (a worked problem: lambda = 0.9375,
+loss = -1.625, gradients -lambda/N on Q, 2 (pi - a)/N on the actions), lambda * mean Q unchanged when Q is
+scaled (alpha is scale-free), the normaliser's mean and std (+1e-3) by hand, the critic target's
+done flag is `terminals` only (a timeout bootstraps), smoothing and the clipped double-Q target as in TD3,
+a Discrete dataset and other bad input refused before a run directory is written, parity with the JAX
+twin within 1e-5 (every module-level function, the loss gradients, the networks on the same weights), a
+smoke run and the same figures twice with the same seed.
+Measured (docs/algorithms/td3_bc.md): normalised score, seeds 1-5: pendulum-medium 89.7 / 76.8 / 86.4 /
+84.1 / 74.1 (behaviour 47.3), pendulum-replay 32.3 / 44.0 / 28.3 / 30.5 / 29.3 (behaviour 24.5); offline
+TD3 (--no-bc) fails on the narrow pendulum-expert data (-30 against 101) and does better on the broad
+ones (101): the page says why. Registered: pendulum-medium >= 60 on every seed.
+Reproduce: python algos/td3_bc_torch.py --seed 1
+"""
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+import offline_data
+
+
+@dataclass
+class Args:
+    seed: int = 1
+    """seed of python, numpy, the framework and the evaluation environments"""
+    cuda: bool = True
+    """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    dataset: str = "pendulum-medium"
+    """offline dataset (algos/offline_data.py); Box actions only"""
+    total_steps: int = 10_000
+    """gradient steps (critic updates)"""
+    batch_size: int = 256
+    """transitions per gradient step, drawn uniformly from the dataset"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """Polyak coefficient of the target networks: target <- tau * online + (1 - tau) * target"""
+    learning_rate: float = 3e-4
+    """Adam learning rate of the actor and of the two critics"""
+    policy_noise: float = 0.2
+    """std of the target policy smoothing noise, as a fraction of the action half-range"""
+    noise_clip: float = 0.5
+    """the smoothing noise is clipped to +-noise_clip (fraction of the half-range)"""
+    policy_frequency: int = 2
+    """actor and target updates happen once every policy_frequency critic updates"""
+    alpha: float = 2.5
+    """weight of the Q term: lambda = alpha / mean |Q(s, pi(s))|"""
+    bc: bool = True
+    """keep the behaviour-cloning term; --no-bc is plain offline TD3 (alpha -> infinity)"""
+    hidden_size: int = 128
+    """width of the two hidden layers of the actor and of each critic (the paper's 256 costs 2-3x the time)"""
+    eval_every: int = 1_000
+    """gradient steps between evaluations"""
+    eval_episodes: int = 10
+    """episodes per evaluation (and for the saved-model evaluation)"""
+    save_model: bool = False
+    """save the trained parameters and the state statistics to the run directory and evaluate them"""
+    log_dir: str = "runs"
+    """parent folder of the TensorBoard run directory"""
+    progress: bool = True
+    """show a live progress line on the terminal"""
+
+
+# Smallest run that exercises every code path; tests/smoke uses it.
+SMOKE_ARGS = dict(total_steps=60, batch_size=32, hidden_size=32, eval_every=30, eval_episodes=1, save_model=True)
+
+LOG_EVERY = 100  # gradient steps between logged losses (and the JAX twin's scan length)
+STATE_EPS = 1e-3  # added to the dataset's state std (the paper's epsilon)
+
+
+# ----------------------------------------------------------------------------- pure math
+def state_normalizer(observations, eps=STATE_EPS):
+    """(mean, std + eps) of the dataset's states, per dimension (numpy, population std). A constant
+    dimension gets std eps, not 0: its normalised value is 0 instead of a division by zero."""
+    return observations.mean(0).astype(np.float32), (observations.std(0) + eps).astype(np.float32)
+
+
+def prepare_dataset(data, state_mean, state_std):
+    """The arrays the update reads (numpy): states normalised, and the target's done flag from
+    `terminals` alone: a timeout is where the collector stopped, not the end of the task, so its s'
+    is bootstrapped from like any other."""
+    return {"obs": ((data["observations"] - state_mean) / state_std).astype(np.float32),
+            "next_obs": ((data["next_observations"] - state_mean) / state_std).astype(np.float32),
+            "actions": data["actions"].astype(np.float32),
+            "rewards": data["rewards"].astype(np.float32),
+            "terminals": data["terminals"].astype(np.float32)}
+
+
+def smoothed_target_actions(target_actions, noise, noise_clip, action_scale, action_low, action_high):
+    """Target policy smoothing: a' = clip(mu'(s') + clip(noise, -c, c) * scale, low, high), with
+    noise ~ N(0, policy_noise^2) given. The target then averages Q over a small neighbourhood of a',
+    so a narrow spike of the critic at one action cannot be exploited."""
+    smoothing = torch.clamp(noise, -noise_clip, noise_clip) * action_scale
+    return torch.max(torch.min(target_actions + smoothing, action_high), action_low)
+
+
+def td3_target(rewards, terminals, next_q1, next_q2, gamma):
+    """r + gamma * (1 - terminals) * min(Q1', Q2')(s', a'), clipped double Q."""
+    return rewards + gamma * (1.0 - terminals) * torch.min(next_q1, next_q2)
+
+
+def critic_losses(q1, q2, target):
+    """Mean squared Bellman errors of the two critics against the same (no-gradient) target."""
+    return ((q1 - target) ** 2).mean(), ((q2 - target) ** 2).mean()
+
+
+def bc_lambda(q, alpha):
+    """lambda = alpha / mean |Q(s, pi(s))|, a constant to the gradient. Multiplying Q by c divides lambda
+    by c, so lambda * Q is scale-free and one alpha serves any reward scale."""
+    return alpha / q.abs().mean().detach()
+
+
+def td3_bc_actor_loss(q, policy_actions, data_actions, alpha, bc=True):
+    """-lambda * mean Q(s, pi(s)) + mean (pi(s) - a)^2; returns (loss, bc_loss). bc=False drops the BC
+    term and lambda: -mean Q, TD3's actor loss (the alpha -> infinity limit, up to a scale)."""
+    bc_loss = ((policy_actions - data_actions) ** 2).mean()
+    if not bc:
+        return -q.mean(), bc_loss
+    return -bc_lambda(q, alpha) * q.mean() + bc_loss, bc_loss
+
+
+# ----------------------------------------------------------------------------- networks
+def layer_init(layer):
+    """torch's default weights, uniform in +-1/sqrt(fan_in); zero biases (the JAX twin does the same)."""
+    nn.init.kaiming_uniform_(layer.weight, a=np.sqrt(5))
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class QNetwork(nn.Module):
+    """Q(s, a): the concatenated (normalised) observation and action through a hidden-hidden ReLU MLP."""
+
+    def __init__(self, obs_dim, action_dim, hidden_size):
+        super().__init__()
+        self.net = nn.Sequential(
+            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, 1)),
+        )
+
+    def forward(self, obs, actions):
+        return self.net(torch.cat([obs, actions], -1)).squeeze(-1)
+
+
+class Actor(nn.Module):
+    """Deterministic policy mu(s) = scale * tanh(MLP(s)) + bias, inside any finite Box."""
+
+    def __init__(self, obs_dim, action_dim, hidden_size, action_scale, action_bias):
+        super().__init__()
+        self.net = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, action_dim)),
+        )
+        self.register_buffer("action_scale", torch.as_tensor(action_scale, dtype=torch.float32))
+        self.register_buffer("action_bias", torch.as_tensor(action_bias, dtype=torch.float32))
+
+    def forward(self, obs):
+        return torch.tanh(self.net(obs)) * self.action_scale + self.action_bias
+
+
+def check_args(args):
+    """Bad input stops here, before any run directory is written. Returns the dataset's info."""
+    info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
+    if info["discrete"]:
+        raise ValueError(f"{args.dataset} has discrete actions; TD3+BC's deterministic actor needs Box actions. "
+                         f"For discrete offline data use algos/cql_torch.py --discrete")
+    for name in ("total_steps", "batch_size", "hidden_size", "policy_frequency", "eval_every", "eval_episodes"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
+    if args.alpha <= 0:
+        raise ValueError(f"alpha = {args.alpha} must be positive (use --no-bc to drop the BC term)")
+    if not 0.0 <= args.gamma <= 1.0:
+        raise ValueError(f"gamma = {args.gamma} must lie in [0, 1]")
+    return info
+
+
+def run_episodes(policy, env_id, episodes, seed, state_mean, state_std):
+    """The deterministic policy on the normalised states, `episodes` environments in lockstep (one
+    batched forward pass per step); episode i is seeded seed + i. Returns the undiscounted returns."""
+    envs = [offline_data.make_env(env_id) for _ in range(episodes)]
+    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
+    totals, done = np.zeros(episodes), np.zeros(episodes, dtype=bool)
+    while not done.all():
+        actions = policy(((obs - state_mean) / state_std).astype(np.float32))
+        for i in np.flatnonzero(~done):
+            obs[i], reward, terminated, truncated, _ = envs[i].step(actions[i])
+            totals[i] += reward
+            done[i] = terminated or truncated
+    for env in envs:
+        env.close()
+    return totals
+
+
+def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
+    """Load the saved actor and state statistics into a fresh network; run the deterministic policy."""
+    saved = torch.load(model_path, map_location="cpu")
+    space = offline_data.make_env(env_id).action_space
+    state_mean, state_std = saved["state_mean"].numpy(), saved["state_std"].numpy()
+    actor = Actor(len(state_mean), int(np.prod(space.shape)), hidden_size,
+                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor.load_state_dict(saved["actor"])
+
+    def policy(obs):
+        with torch.no_grad():
+            return actor(torch.as_tensor(obs)).numpy()
+    return run_episodes(policy, env_id, eval_episodes, seed, state_mean, state_std)
+
+
+# ----------------------------------------------------------------------------- training
+def train(args: Args) -> dict:
+    info = check_args(args)
+    env_id = info["env_id"]
+    script = os.path.basename(__file__).removesuffix(".py")
+    run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
+    writer = SummaryWriter(run_dir)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
+                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    # Seeding: python, numpy, torch and the evaluation environments (episode i gets seed + 10_000 + i).
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)  # one intra-op thread: 128-wide networks (two are for the 256-wide SAC / TD3 / DDPG)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    rng = np.random.default_rng(args.seed)
+
+    # ---- the data: states normalised by the dataset's own statistics, kept on the device
+    data = offline_data.load_dataset(args.dataset)
+    state_mean, state_std = state_normalizer(data["observations"])
+    arrays = prepare_dataset(data, state_mean, state_std)
+    dataset = {k: torch.as_tensor(v, device=device) for k, v in arrays.items()}
+    size = len(arrays["rewards"])
+
+    space = offline_data.make_env(env_id).action_space
+    obs_dim, action_dim = arrays["obs"].shape[1], int(np.prod(space.shape))
+    action_scale = torch.as_tensor((space.high - space.low) / 2.0, dtype=torch.float32, device=device)
+    action_low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
+    action_high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
+    actor = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor_target = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor_target.load_state_dict(actor.state_dict())
+    qf1, qf2 = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
+    qf1_target, qf2_target = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
+    qf1_target.load_state_dict(qf1.state_dict())
+    qf2_target.load_state_dict(qf2.state_dict())
+    for net in (actor, actor_target, qf1, qf2, qf1_target, qf2_target):
+        net.to(device)
+    q_params = list(qf1.parameters()) + list(qf2.parameters())
+    target_params = list(qf1_target.parameters()) + list(qf2_target.parameters()) + list(actor_target.parameters())
+    online_params = q_params + list(actor.parameters())
+    q_optimizer = torch.optim.Adam(q_params, lr=args.learning_rate)
+    actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate)
+    num_updates = 0
+    actor_loss, bc_loss, lmbda, pi_values = (torch.zeros((), device=device) for _ in range(4))
+
+    def policy(obs):
+        with torch.no_grad():
+            return actor(torch.as_tensor(obs, device=device)).cpu().numpy()
+
+    episode_returns, losses, last_print, mean_return = [], {}, 0.0, float("nan")
+    start_time = time.time()
+    step = 0
+    while step < args.total_steps:
+        # ---- a block of gradient steps up to the next log point, evaluation or the end; the
+        # minibatch indices of the whole block are drawn at once (numpy, the same in both twins)
+        block = min(LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step)
+        idx = torch.as_tensor(rng.integers(0, size, size=(block, args.batch_size)), device=device)
+        for rows in idx:
+            b = {k: v[rows] for k, v in dataset.items()}
+            # ---- one critic step; every policy_frequency-th step also the actor and the Polyak targets
+            with torch.no_grad():
+                noise = torch.randn_like(b["actions"]) * args.policy_noise
+                next_actions = smoothed_target_actions(actor_target(b["next_obs"]), noise, args.noise_clip,
+                                                       action_scale, action_low, action_high)
+                target = td3_target(b["rewards"], b["terminals"], qf1_target(b["next_obs"], next_actions),
+                                    qf2_target(b["next_obs"], next_actions), args.gamma)
+            q1, q2 = qf1(b["obs"], b["actions"]), qf2(b["obs"], b["actions"])
+            qf1_loss, qf2_loss = critic_losses(q1, q2, target)
+            q_optimizer.zero_grad()
+            (qf1_loss + qf2_loss).backward()
+            q_optimizer.step()
+            num_updates += 1
+
+            if num_updates % args.policy_frequency == 0:
+                pi = actor(b["obs"])
+                q_pi = qf1(b["obs"], pi)
+                actor_loss, bc_loss = td3_bc_actor_loss(q_pi, pi, b["actions"], args.alpha, args.bc)
+                lmbda, pi_values = bc_lambda(q_pi, args.alpha), q_pi.mean().detach()
+                actor_optimizer.zero_grad()
+                # Gradients for the actor's parameters only (dQ/da still flows through the critic).
+                actor_loss.backward(inputs=list(actor.parameters()))
+                actor_optimizer.step()
+                with torch.no_grad():
+                    torch._foreach_lerp_(target_params, online_params, args.tau)  # target += tau * (online - target)
+        step += block
+
+        if step % LOG_EVERY == 0 or step == args.total_steps:
+            losses = {"qf1_loss": qf1_loss.item(), "qf2_loss": qf2_loss.item(),
+                      "qf1_values": q1.mean().item(), "qf2_values": q2.mean().item(),
+                      "actor_loss": actor_loss.item(), "bc_loss": bc_loss.item(), "lambda": lmbda.item(),
+                      "pi_values": pi_values.item()}
+            for name, value in losses.items():
+                writer.add_scalar(f"losses/{name}", value, step)
+            writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
+
+        # ---- evaluation: the deterministic policy, episode i seeded seed + 10_000 + i
+        if step % args.eval_every == 0 or step == args.total_steps:
+            returns = run_episodes(policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std)
+            mean_return = float(returns.mean())
+            for r in returns:
+                episode_returns.append((step, float(r)))
+                writer.add_scalar("eval/episodic_return", r, step)
+            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, mean_return)), step)
+        if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
+            last_print = time.time()
+            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {mean_return:7.1f}  "
+                  f"SPS {int(step / (time.time() - start_time)):5,d}", end="", file=sys.stderr, flush=True)
+    if args.progress:
+        print(file=sys.stderr)
+
+    wall_time = time.time() - start_time
+    summary = {
+        "episodic_returns": episode_returns,
+        "final_mean_return": mean_return,
+        "normalized_score": float(offline_data.normalized_score(args.dataset, mean_return)),
+        "sps": args.total_steps / wall_time,
+        "wall_time": wall_time,
+        "global_step": args.total_steps,
+        "run_dir": run_dir,
+        "losses": losses,
+    }
+    if args.save_model:
+        model_path = os.path.join(run_dir, "model.pt")
+        torch.save({"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(),
+                    "state_mean": torch.as_tensor(state_mean), "state_std": torch.as_tensor(state_std)}, model_path)
+        eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
+        for i, r in enumerate(eval_returns):
+            writer.add_scalar("eval/saved_model_return", r, i)
+        summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))
+    writer.close()
+    return summary
+
+
+if __name__ == "__main__":
+    train(tyro.cli(Args))

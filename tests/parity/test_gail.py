@@ -1,0 +1,175 @@
+"""Tier 2 for GAIL: the twins' module-level math agrees within 1e-5 on identical random inputs
+(with episode ends), values and gradients; the actor-critic and the discriminator networks are the
+same function on the same weights, and so are the discriminator loss's parameter gradients."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from helpers import load_script
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def twins():
+    return load_script("algos/gail_torch.py"), load_script("algos/gail_jax.py")
+
+
+@pytest.fixture(params=[0, 1, 2])
+def batch(request):
+    rng = np.random.default_rng(request.param)
+    T, N, B = 64, 8, 96
+    f32 = lambda x: np.asarray(x, dtype=np.float32)
+    return {
+        "rewards": f32(rng.normal(size=(T, N))),
+        "values": f32(rng.normal(size=(T, N))),
+        "dones": f32(rng.random((T, N)) < 0.1),  # about six episode ends per column
+        "last_value": f32(rng.normal(size=N)),
+        "logp": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
+        "logp_old": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
+        "advantages": f32(rng.normal(size=T * N)),
+        "v": f32(rng.normal(size=T * N)),
+        "v_old": f32(rng.normal(size=T * N)),
+        "returns": f32(rng.normal(size=T * N)),
+        "learner_logits": f32(3 * rng.normal(size=B)),
+        "expert_logits": f32(3 * rng.normal(size=B // 2)),  # sets of different sizes
+        "obs": f32(rng.normal(size=(B, 4))),
+        "actions": rng.integers(0, 2, size=B),
+        "expert_obs": f32(rng.normal(size=(B // 2, 4))),
+        "expert_actions": rng.integers(0, 2, size=B // 2),
+    }
+
+
+def test_batch_has_episode_ends(batch):
+    assert batch["dones"].sum() > 10
+
+
+def test_compute_gae_parity(twins, batch):
+    pt, jx = twins
+    args = [batch[k] for k in ("rewards", "values", "dones", "last_value")]
+    adv_t, ret_t = pt.compute_gae(*map(torch.as_tensor, args), 0.99, 0.95)
+    adv_j, ret_j = jx.compute_gae(*args, 0.99, 0.95)
+    np.testing.assert_allclose(adv_t.numpy(), np.asarray(adv_j), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(ret_t.numpy(), np.asarray(ret_j), atol=TOL, rtol=TOL)
+
+
+def test_compute_gae_gradient_parity(twins, batch):
+    pt, jx = twins
+    r, v, lv = (torch.tensor(batch[k], requires_grad=True) for k in ("rewards", "values", "last_value"))
+    adv, _ = pt.compute_gae(r, v, torch.as_tensor(batch["dones"]), lv, 0.99, 0.95)
+    adv.sum().backward()
+    f = lambda r, v, lv: jx.compute_gae(r, v, batch["dones"], lv, 0.99, 0.95)[0].sum()
+    grads = jax.grad(f, argnums=(0, 1, 2))(batch["rewards"], batch["values"], batch["last_value"])
+    for g_t, g_j in zip((r.grad, v.grad, lv.grad), grads):
+        np.testing.assert_allclose(g_t.numpy(), np.asarray(g_j), atol=TOL, rtol=TOL)
+
+
+@pytest.mark.parametrize("clip_coef", [0.1, 0.2, 0.3])
+def test_policy_loss_and_gradient_parity(twins, batch, clip_coef):
+    pt, jx = twins
+    logp = torch.tensor(batch["logp"], requires_grad=True)
+    adv = torch.tensor(batch["advantages"], requires_grad=True)
+    loss_t = pt.ppo_policy_loss(logp, torch.as_tensor(batch["logp_old"]), adv, clip_coef)
+    loss_t.backward()
+    f = lambda lp, a: jx.ppo_policy_loss(lp, batch["logp_old"], a, clip_coef)
+    loss_j, (g_logp, g_adv) = jax.value_and_grad(f, argnums=(0, 1))(batch["logp"], batch["advantages"])
+    assert abs(loss_t.item() - float(loss_j)) < TOL
+    np.testing.assert_allclose(logp.grad.numpy(), np.asarray(g_logp), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(adv.grad.numpy(), np.asarray(g_adv), atol=TOL, rtol=TOL)
+
+
+@pytest.mark.parametrize("clip_coef", [None, 0.2, 1.0])
+def test_value_loss_and_gradient_parity(twins, batch, clip_coef):
+    pt, jx = twins
+    v = torch.tensor(batch["v"], requires_grad=True)
+    loss_t = pt.ppo_value_loss(v, torch.as_tensor(batch["v_old"]), torch.as_tensor(batch["returns"]), clip_coef)
+    loss_t.backward()
+    f = lambda v: jx.ppo_value_loss(v, batch["v_old"], batch["returns"], clip_coef)
+    loss_j, g_v = jax.value_and_grad(f)(batch["v"])
+    assert abs(loss_t.item() - float(loss_j)) < TOL
+    np.testing.assert_allclose(v.grad.numpy(), np.asarray(g_v), atol=TOL, rtol=TOL)
+
+
+def test_discriminator_inputs_parity(twins, batch):
+    pt, jx = twins
+    x_t = pt.discriminator_inputs(torch.as_tensor(batch["obs"]), torch.as_tensor(batch["actions"]), 3)
+    x_j = jx.discriminator_inputs(jnp.asarray(batch["obs"]), jnp.asarray(batch["actions"]), 3)
+    np.testing.assert_allclose(x_t.numpy(), np.asarray(x_j), atol=TOL, rtol=TOL)
+
+
+def test_discriminator_loss_and_gradient_parity(twins, batch):
+    pt, jx = twins
+    lo = torch.tensor(batch["learner_logits"], requires_grad=True)
+    ex = torch.tensor(batch["expert_logits"], requires_grad=True)
+    loss_t = pt.discriminator_loss(lo, ex)
+    loss_t.backward()
+    loss_j, (g_lo, g_ex) = jax.value_and_grad(jx.discriminator_loss, argnums=(0, 1))(
+        batch["learner_logits"], batch["expert_logits"])
+    assert abs(loss_t.item() - float(loss_j)) < TOL
+    np.testing.assert_allclose(lo.grad.numpy(), np.asarray(g_lo), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(ex.grad.numpy(), np.asarray(g_ex), atol=TOL, rtol=TOL)
+
+
+def test_gail_reward_and_gradient_parity(twins, batch):
+    pt, jx = twins
+    lo = torch.tensor(batch["learner_logits"], requires_grad=True)
+    r_t = pt.gail_reward(lo)
+    r_t.sum().backward()
+    r_j, vjp = jax.vjp(jx.gail_reward, jnp.asarray(batch["learner_logits"]))
+    (g_j,) = vjp(jnp.ones_like(r_j))
+    np.testing.assert_allclose(r_t.detach().numpy(), np.asarray(r_j), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(lo.grad.numpy(), np.asarray(g_j), atol=TOL, rtol=TOL)
+
+
+def copy_mlp(seq):
+    """A torch MLP's Linear layers as a flax MLP's params subtree (kernel = weight transposed)."""
+    layers = [m for m in seq if isinstance(m, torch.nn.Linear)]
+    return {f"Dense_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy().T),
+                           "bias": jnp.asarray(l.bias.detach().numpy())} for i, l in enumerate(layers)}
+
+
+def test_agent_networks_agree_on_the_same_weights(twins):
+    pt, jx = twins
+    torch.manual_seed(0)
+    t_agent, j_agent = pt.Agent(4, 2), jx.Agent(4, 2)
+    params = {"actor": {"params": copy_mlp(t_agent.actor)}, "critic": {"params": copy_mlp(t_agent.critic)}}
+    obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    actions = np.random.default_rng(1).integers(0, 2, size=16)
+    logp_t, ent_t, v_t = t_agent.evaluate_actions(torch.as_tensor(obs), torch.as_tensor(actions))
+    logp_j, ent_j, v_j = j_agent.evaluate_actions(params, jnp.asarray(obs), jnp.asarray(actions))
+    for a, b in ((logp_t, logp_j), (ent_t, ent_j), (v_t, v_j)):
+        np.testing.assert_allclose(a.detach().numpy(), np.asarray(b), atol=TOL, rtol=TOL)
+
+
+def test_discriminator_and_its_loss_gradients_agree_on_the_same_weights(twins, batch):
+    """Same weights -> same logits, same discriminator loss and the same gradient for every weight."""
+    pt, jx = twins
+    torch.manual_seed(0)
+    t_disc, j_disc = pt.Discriminator(4, 2), jx.Discriminator(2)
+    params = {"params": {"MLP_0": copy_mlp(t_disc.net)}}
+    obs, actions = torch.as_tensor(batch["obs"]), torch.as_tensor(batch["actions"])
+    e_obs, e_actions = torch.as_tensor(batch["expert_obs"]), torch.as_tensor(batch["expert_actions"])
+    logits_t = t_disc(obs, actions)
+    loss_t = pt.discriminator_loss(logits_t, t_disc(e_obs, e_actions))
+    loss_t.backward()
+
+    def loss_j(params):
+        return jx.discriminator_loss(j_disc.apply(params, batch["obs"], batch["actions"]),
+                                     j_disc.apply(params, batch["expert_obs"], batch["expert_actions"]))
+    logits_j = j_disc.apply(params, batch["obs"], batch["actions"])
+    np.testing.assert_allclose(logits_t.detach().numpy(), np.asarray(logits_j), atol=TOL, rtol=TOL)
+    value_j, grads_j = jax.value_and_grad(loss_j)(params)
+    assert abs(loss_t.item() - float(value_j)) < TOL
+    layers = [m for m in t_disc.net if isinstance(m, torch.nn.Linear)]
+    for i, layer in enumerate(layers):
+        g = grads_j["params"]["MLP_0"][f"Dense_{i}"]
+        np.testing.assert_allclose(layer.weight.grad.numpy().T, np.asarray(g["kernel"]), atol=TOL, rtol=TOL)
+        np.testing.assert_allclose(layer.bias.grad.numpy(), np.asarray(g["bias"]), atol=TOL, rtol=TOL)
+
+
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_load_expert_pairs_parity(twins, k):
+    pt, jx = twins
+    for a, b in zip(pt.load_expert_pairs("cartpole-expert", k), jx.load_expert_pairs("cartpole-expert", k)):
+        np.testing.assert_array_equal(a, b)
