@@ -25,9 +25,10 @@ and other bad input refused before a run directory is written, parity with the P
 module-level function, the loss gradients, the networks on the same weights), a smoke run and the same
 figures twice with the same seed.
 Measured (docs/algorithms/iql.md): pointmaze-stitch with expectile 0.9, beta 10 (the paper's AntMaze
-values): normalised 100 on every seed (JAX 1-5, torch 1-3): it stitches the start -> waypoint and
+values): normalised 100 on every seed (1-5, both twins): it stitches the start -> waypoint and
 waypoint -> goal legs that no trajectory joined; pendulum-medium (defaults): JAX 98.9 / 101.3 / 100.2 /
-95.1 / 101.3, torch 100.1 / 101.2 / 100.2 (behaviour 47.3).
+95.1 / 101.3, torch 100.1 / 101.2 / 100.2 / 101.3 / 100.0 (behaviour 47.3); pendulum-replay (torch
+seeds 1-3) 91.4 / 100.0 / 92.6 (behaviour 24.5).
 Reproduce: python algos/iql_jax.py --dataset pointmaze-stitch --seed 1
 """
 import os
