@@ -251,13 +251,11 @@ def _build_gym_dataset(name, seed):
     rng = np.random.default_rng(seed)
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
     trajectories, count, episode = [], 0, 0
-    ramp_episodes = 0
     while count < size:
         if random_prob == "ramp":
             # a learner's replay buffer: the first episodes random, later ones close to "medium"
             progress = min(1.0, count / size)
             prob = 1.0 - progress * (1.0 - MEDIUM_RANDOM_PROB[env_id])
-            ramp_episodes += 1
         else:
             prob = random_prob
         act = _noisy_policy(env_id, env.action_space, rng, prob, noise_std)

@@ -18,14 +18,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from evaluation import parse_seeds  # noqa: E402
 from helpers import ROOT, load_script, run_train  # noqa: E402
 
 OUT = ROOT / "docs" / "assets" / "curves"
-
-
-def seed_list(text):
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
 
 
 def main():
@@ -41,7 +37,7 @@ def main():
     offline_data = load_script(script).offline_data
     rows = []
     for k in [int(x) for x in opts.episodes.split(",")]:
-        for seed in seed_list(opts.seeds):
+        for seed in parse_seeds(opts.seeds):
             s = run_train(script, opts.log_dir, seed=seed, dataset=opts.dataset, dataset_episodes=k)
             rows.append({"twin": opts.twin, "episodes": k or "all", "transitions": s["dataset_size"], "seed": seed,
                          "final_mean_return": round(s["final_mean_return"], 2),

@@ -2,16 +2,18 @@
 runs a DAgger twin with its default Args (which also train the BC baseline on expert-only rollouts)
 over several seeds and writes
 
-    docs/assets/curves/dagger_vs_bc_<twin>.csv   one row per (seed, iteration): expert labels so far,
+    docs/assets/curves/dagger_vs_bc_<twin>_<n>it.csv  one row per (seed, iteration): expert labels so far,
                                                  DAgger's and BC's mean evaluation return, the expert's
-    docs/assets/curves/dagger_vs_bc_<twin>.runs.csv  one row per seed: dagger_return, bc_return,
+    docs/assets/curves/dagger_vs_bc_<twin>_<n>it.runs.csv  one row per seed: dagger_return, bc_return,
                                                  expert_return, wall time
-    docs/assets/curves/dagger_vs_bc_<twin>.png   mean return against expert labels, both learners,
+    docs/assets/curves/dagger_vs_bc_<twin>_<n>it.png  mean return against expert labels, both learners,
                                                  each seed a thin line
 
-    python tests/dagger_vs_bc.py                      # torch twin, seeds 1-5
+(<n> the iterations run) and prints them.
+
+    python tests/dagger_vs_bc.py                      # torch twin, seeds 1-5, default 10 iterations
     python tests/dagger_vs_bc.py --twin jax --seeds 1-3
-    python tests/dagger_vs_bc.py --iterations 10     # 2,000 labels: dagger_vs_bc_torch_10it.*
+    python tests/dagger_vs_bc.py --iterations 5      # 1,000 labels: dagger_vs_bc_torch_5it.*
 """
 import argparse
 import csv
@@ -21,27 +23,24 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import ROOT, run_train  # noqa: E402
+from evaluation import parse_seeds  # noqa: E402
+from helpers import ROOT, load_script, run_train  # noqa: E402
 
 OUT = ROOT / "docs" / "assets" / "curves"
-
-
-def seed_list(text):
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--twin", default="torch", choices=("torch", "jax"))
     parser.add_argument("--seeds", default="1-5")
-    parser.add_argument("--iterations", type=int, default=0, help="Args.iterations (0: the default)")
+    parser.add_argument("--iterations", type=int, default=0, help="Args.iterations (0: the script's default)")
     parser.add_argument("--log-dir", default="/tmp/dagger_vs_bc_runs")
     opts = parser.parse_args()
     script = f"algos/dagger_{opts.twin}.py"
+    iterations = opts.iterations or load_script(script).Args().iterations  # the files name the budget
     curve_rows, run_rows = [], []
-    for seed in seed_list(opts.seeds):
-        s = run_train(script, opts.log_dir, seed=seed, **({"iterations": opts.iterations} if opts.iterations else {}))
+    for seed in parse_seeds(opts.seeds):
+        s = run_train(script, opts.log_dir, seed=seed, iterations=iterations)
         for (labels, dagger), (_, bc) in zip(s["dagger_curve"], s["bc_curve"]):
             curve_rows.append({"seed": seed, "labels": labels, "dagger_return": round(dagger, 2),
                                "bc_return": round(bc, 2), "expert_return": round(s["expert_return"], 2)})
@@ -49,7 +48,7 @@ def main():
                          "bc_return": round(s["bc_return"], 2), "expert_return": round(s["expert_return"], 2),
                          "wall_time": round(s["wall_time"], 1)})
         print(run_rows[-1], flush=True)
-    stem = OUT / (f"dagger_vs_bc_{opts.twin}" + (f"_{opts.iterations}it" if opts.iterations else ""))
+    stem = OUT / f"dagger_vs_bc_{opts.twin}_{iterations}it"
     OUT.mkdir(parents=True, exist_ok=True)
     for rows, path in ((curve_rows, f"{stem}.csv"), (run_rows, f"{stem}.runs.csv")):
         with open(path, "w", newline="") as f:
