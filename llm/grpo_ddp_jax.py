@@ -28,6 +28,9 @@ Verified (tests/): the loss gradient and the update jitted on a batch of groups 
 host devices equal those on one device within 1e-5 (tests/unit/test_grpo_ddp.py, in a subprocess
 with XLA_FLAGS); the single-device smoke run (tests/smoke). The math (group_advantages, k3_kl,
 grpo_loss) is llm/grpo_jax.py's, verified there.
+--model PATH, a local Hugging Face causal LM (llm/hf_model.py): every torch rank loads the same folder and
+DDP wraps it as it wraps the tiny LM; the JAX twin refuses it (transformers 5 has no Flax models).
+Verified in tests/unit/test_hf_model.py on a tiny random GPT-2, in one process and under torchrun with 2.
 Reproduce: XLA_FLAGS=--xla_force_host_platform_device_count=2 python llm/grpo_ddp_jax.py --seed 1
 """
 import os
@@ -56,12 +59,14 @@ class Args:
     """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     total_steps: int = 30
@@ -171,6 +176,10 @@ def default_sft_path(args):
 
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
+    if args.model:
+        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/grpo_ddp_torch.py; "
+                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
     if args.group_size < 2:
         raise ValueError(f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline")
     if args.temperature <= 0:

@@ -29,6 +29,9 @@ Verified (tests/): the loss gradient and the update of 2 gloo processes, each ho
 batch of groups, equal those of 1 process on the concatenated batch within 1e-5
 (tests/unit/test_grpo_ddp.py); a torchrun run with 2 processes; the single-process smoke run
 (tests/smoke). The math (group_advantages, k3_kl, grpo_loss) is llm/grpo_torch.py's, verified there.
+--model PATH, a local Hugging Face causal LM (llm/hf_model.py): every torch rank loads the same folder and
+DDP wraps it as it wraps the tiny LM; the JAX twin refuses it (transformers 5 has no Flax models).
+Verified in tests/unit/test_hf_model.py on a tiny random GPT-2, in one process and under torchrun with 2.
 Reproduce: torchrun --nproc_per_node=2 llm/grpo_ddp_torch.py --seed 1
 """
 import copy
@@ -45,6 +48,7 @@ import tyro
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 
+import hf_model
 import sft_torch
 import tasks
 from tinylm_torch import load_checkpoint, sample, sequence_logps, token_logps
@@ -56,12 +60,14 @@ class Args:
     """seed of python, numpy and the framework (also of the SFT run when one is trained first)"""
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
+    model: str = ""
+    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing"""
+    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     total_steps: int = 30
@@ -173,7 +179,9 @@ def check_args(args):
         raise ValueError(f"temperature = {args.temperature} must be positive (GRPO samples)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
-    if os.path.exists(path):
+    if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
+        hf_model.check_path(args.model, min_context=need)
+    elif os.path.exists(path):
         load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need)
     else:
         sft_torch.check_args(sft_torch.Args(digits=args.digits))
@@ -195,6 +203,8 @@ def setup_distributed(args):
 
 
 def load_or_train_sft(args):
+    if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
+        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
         print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
@@ -208,7 +218,7 @@ def load_or_train_sft(args):
 
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    device = next(model.parameters()).device
+    device = next(model.parameters()).device  # batches go where the model is
     completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
                          tasks.completion_len(digits), temperature)
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
@@ -219,7 +229,7 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
     of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
     (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
-    device = next(policy.parameters()).device
+    device = next(policy.parameters()).device  # batches go where the model is
     prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
@@ -239,12 +249,13 @@ def train(args: Args) -> dict:
                          f"{world_size} workers (each samples whole groups)")
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     # Rank 0 trains the SFT checkpoint when it is missing; the other ranks wait for it, then load it.
-    if rank != 0:
+    # With --model nothing is trained first: every rank loads the same local folder at once.
+    if rank != 0 and not args.model:
         dist.barrier()
     policy, sft_path = load_or_train_sft(args)
-    if rank == 0 and dist.is_initialized():
+    if rank == 0 and dist.is_initialized() and not args.model:
         dist.barrier()
-    policy = policy.to(device)
+    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = None
@@ -262,7 +273,8 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(args.seed)
 
     reference = copy.deepcopy(policy).requires_grad_(False)  # the frozen SFT policy of the KL term
-    # DDP broadcasts rank 0's parameters to every rank, then all-reduces gradients in backward.
+    # DDP broadcasts rank 0's parameters to every rank, then all-reduces gradients in backward (the
+    # tiny LM or, with --model, the Hugging Face model: the same wrapper, the same all-reduce).
     model = DistributedDataParallel(policy, device_ids=[device.index] if device.type == "cuda" else None) \
         if dist.is_initialized() else policy
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate)

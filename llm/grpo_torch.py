@@ -163,7 +163,6 @@ def load_or_train_sft(args):
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
     device = next(model.parameters()).device  # batches go where the model is
-    device = next(model.parameters()).device  # batches go where the model is
     completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
                          tasks.completion_len(digits), temperature)
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
@@ -174,7 +173,6 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompt sampled from the policy at temperature 1, the sum over its completion tokens (up to <eos>)
     of log pi - log pi_ref, averaged over the prompts. The KL column of the LLM comparison table
     (docs/algorithms/llm.md); every llm/ script measures it the same way on the test prompts."""
-    device = next(policy.parameters()).device  # batches go where the model is
     device = next(policy.parameters()).device  # batches go where the model is
     prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
@@ -190,7 +188,6 @@ def kl_to_reference(policy, reference, pairs, digits):
 def train(args: Args) -> dict:
     check_args(args)
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
     policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
