@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from evaluation import parse_seeds  # noqa: E402
 from helpers import ROOT, run_train  # noqa: E402
 
 OUT = ROOT / "docs" / "assets" / "curves"
@@ -36,11 +37,6 @@ BUDGET = {0: 20_000, 5: 6_000, 50: 3_000}
 EPISODES = 50
 MILESTONES = ("episodes_to_greedy_path", "steps_to_greedy_path", "episodes_to_optimal", "steps_to_optimal",
               "greedy_path_length")
-
-
-def seed_list(text):
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
 
 
 CHANGING = {"BlockingMaze-v0": (3_000, 1_000), "ShortcutMaze-v0": (6_000, 3_000)}
@@ -56,7 +52,7 @@ def changing_mazes(opts):
     for twin in opts.twins.split(","):
         for env_id, (budget, change_at) in CHANGING.items():
             for kappa in KAPPAS:
-                for seed in seed_list(opts.seeds):
+                for seed in parse_seeds(opts.seeds):
                     s = run_train(f"algos/dyna_q_{twin}.py", opts.log_dir, seed=seed, env_id=env_id, planning_steps=50,
                                   total_timesteps=budget, kappa=kappa)
                     after = sum(r for step, r in s["episodic_returns"] if step > change_at)
@@ -158,7 +154,7 @@ def main():
     runs = []
     for twin in opts.twins.split(","):
         for n, budget in BUDGET.items():
-            for seed in seed_list(opts.seeds):
+            for seed in parse_seeds(opts.seeds):
                 s = run_train(f"algos/dyna_q_{twin}.py", opts.log_dir, seed=seed, planning_steps=n,
                               total_timesteps=budget)
                 runs.append(dict(twin=twin, n=n, seed=seed, steps=s["steps_per_episode"], wall_time=s["wall_time"],

@@ -115,9 +115,18 @@ def curve_band(curves, grid, window=20, reps=2_000, seed=0):
 CURVES = Path(__file__).resolve().parents[1] / "docs" / "assets" / "curves"
 
 
+# (metric, curve) pairs on one scale: the spec's threshold can be drawn on the curve's axis. For the
+# others (a normalised score against raw returns, a count of episodes against returns, ...) a line at
+# the threshold would sit at a meaningless height; the plot's title states the bar instead.
+SAME_SCALE = {("final_mean_return", "episodic_returns"), ("greedy_mean_return", "episodic_returns"),
+              ("dagger_return", "episodic_returns"), ("accuracy_gain", "accuracy_gain_curve"),
+              ("test_accuracy", "accuracy_curve"), ("test_pair_accuracy", "accuracy_curve")}
+
+
 def write_curves(spec, results, out_dir=None):
     """CSV of every seed's raw curve and a PNG of the mean over seeds (of each seed's running mean
-    over spec.smooth points) with its 95% bootstrap band and the min-max spread."""
+    over spec.smooth points) with its 95% bootstrap band and the min-max spread. The threshold is a
+    dashed line when the metric is on the curve's scale (SAME_SCALE), and in the title otherwise."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -140,10 +149,18 @@ def write_curves(spec, results, out_dir=None):
     ax.plot(grid, mean, label=f"mean of {len(results)} seeds")
     ax.fill_between(grid, low, high, alpha=0.3, label="95% bootstrap CI of the mean")
     ax.fill_between(grid, rows.min(0), rows.max(0), alpha=0.1, color="gray", label="min-max over seeds")
-    ax.axhline(spec.threshold, color="gray", ls="--", lw=1, label=f"threshold {spec.threshold:g}")
+    bars = ([(f"{spec.metric} >= {spec.threshold:g}", spec.metric, spec.threshold)] if spec.threshold is not None else []) \
+        + [(f"{k} <= {v:g}", k, v) for k, v in spec.at_most.items()]
+    off_axis = []
+    for text, key, value in bars:
+        if (key, spec.curve) in SAME_SCALE:
+            ax.axhline(value, color="gray", ls="--", lw=1, label=text.replace(key, "bar:"))
+        else:  # the bar is on another quantity than the plotted curve
+            off_axis.append(text)
+    ax.set_title(spec.name + (f"\n(bar: {', '.join(off_axis)}; not on this axis)" if off_axis else ""),
+                 fontsize=10 if off_axis else None)
     ax.set_xlabel(spec.x_label)
     ax.set_ylabel(spec.curve if spec.smooth == 1 else f"{spec.curve} ({spec.smooth}-point running mean)")
-    ax.set_title(spec.name)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(out_dir / f"{spec.name}.png", dpi=100)

@@ -102,3 +102,28 @@ def test_curve_band():
 def test_parse_seeds():
     assert ev.parse_seeds("1-5") == [1, 2, 3, 4, 5]
     assert ev.parse_seeds("1,3,7-8") == [1, 3, 7, 8]
+
+
+def test_threshold_lines_only_on_their_own_scale(tmp_path, monkeypatch):
+    """write_curves draws a spec's bar as a line only where the metric lives on the plotted curve's
+    axis; a normalised score over a returns curve, or an at_most-only spec, goes in the title."""
+    import matplotlib.axes
+    from registry import LearningSpec
+    lines = []
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline", lambda self, y, **kw: lines.append(y))
+    results = {s: {"episodic_returns": [(0, -1200.0 + s), (10, -150.0 - s)]} for s in (1, 2, 3)}
+    ev.write_curves(LearningSpec("algos/x.py", {"dataset": "d"}, threshold=80.0, metric="normalized_score",
+                                 smooth=1), results, tmp_path)
+    assert lines == []  # 80 is a normalised score: no line at 80 on a returns axis
+    ev.write_curves(LearningSpec("algos/x.py", {"env_id": "E"}, threshold=-250.0, smooth=1), results, tmp_path)
+    assert lines == [-250.0]
+    ev.write_curves(LearningSpec("algos/x.py", {"env_id": "F"}, threshold=None, smooth=1,
+                                 at_most={"final_mean_return": -700.0}), results, tmp_path)
+    assert lines == [-250.0, -700.0]  # the upper bound, on the returns axis
+    assert (tmp_path / "x-F.png").exists()
+
+
+def test_a_spec_must_assert_something():
+    from registry import LearningSpec
+    with pytest.raises(ValueError, match="at_most"):
+        LearningSpec("algos/x.py", threshold=None)
