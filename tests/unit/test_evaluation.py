@@ -127,3 +127,11 @@ def test_a_spec_must_assert_something():
     from registry import LearningSpec
     with pytest.raises(ValueError, match="at_most"):
         LearningSpec("algos/x.py", threshold=None)
+
+
+def test_no_quick_check_rests_on_one_seed():
+    """Issue 18's rule: a seed on another CPU is another draw, so no learning assertion of the default
+    suite may rest on one seed (docs/reproducibility.md)."""
+    from registry import REGISTRY
+    single = [s.name for s in REGISTRY if len(s.quick_seeds) == 1]
+    assert single == []
