@@ -131,16 +131,12 @@ def run_ddp(nproc, num_envs, total_timesteps, log_dir):
     return {"sps": sps.value, "global_step": sps.step, "wall_time": wall_time}
 
 
-def ddp_main(argv):
+def ddp_main(opts):
     """`python tests/benchmark.py ddp`: PPO SPS of algos/ppo_ddp_torch.py at 1 process x 4 and x 8
     envs and 2 processes x 4 and x 8, interleaved repeats, medians. Two comparisons: the same work
     per process (2 x n vs 1 x n: does a second process add steps per second?) and the same total
     environments (2 x 4 vs 1 x 8: does splitting a fixed batch over two processes speed it up?)."""
     import os
-    parser = argparse.ArgumentParser(prog="benchmark.py ddp")
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--total-timesteps", type=int, default=100_000)
-    opts = parser.parse_args(argv)
     print(f"{DDP_SCRIPT}, CartPole-v1, {opts.total_timesteps:,} steps, torchrun on the CPU (gloo), "
           f"1 torch thread per process; {os.cpu_count()} CPU cores here")
     results = {layout: [] for layout in DDP_LAYOUTS}
@@ -167,10 +163,9 @@ def ddp_main(argv):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "ddp":  # a mode of its own: torchrun launches, not twins
-        return ddp_main(sys.argv[2:])
     parser = argparse.ArgumentParser()
-    parser.add_argument("algo", help="algorithm name, e.g. ppo (algos/<algo>_torch.py and _jax.py)")
+    parser.add_argument("algo", help="algorithm name, e.g. ppo (algos/<algo>_torch.py and _jax.py), or ddp "
+                                     "(algos/ppo_ddp_torch.py under torchrun at 1 and 2 processes)")
     parser.add_argument("--folder", default="algos")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--total-timesteps", type=int, default=None)
@@ -178,6 +173,11 @@ def main():
                         help="override one Args field in both twins (repeatable), e.g. train_frequency=10; "
                              "for ppo also in the reference loop and SB3")
     opts = parser.parse_args()
+    if opts.algo == "ddp":  # torchrun launches of one script at several layouts, not a pair of twins
+        if opts.set or opts.folder != "algos":
+            parser.error("ddp takes only --repeats and --total-timesteps")
+        opts.total_timesteps = opts.total_timesteps or 100_000
+        return ddp_main(opts)
     overrides = {} if opts.total_timesteps is None else {"total_timesteps": opts.total_timesteps}
     overrides.update(parse_overrides(opts.set))
     if overrides:
