@@ -352,7 +352,7 @@ REGISTRY = [
     # seeds 1-3 and torch seed 1 were measured (4-10 min each on the loaded machine); 2 of 3 seeds over -350.
     LearningSpec("algos/mbpo_torch.py", {"env_id": "Pendulum-v1", "total_timesteps": 3000},
                  threshold=-350.0, min_passing=2, smooth=5,
-                 note="issue 13: torch seed 1 -97.6 (seeds 2-3 not yet measured); JAX seeds 1-3 -98.5/-141.8/-241.8"),
+                 note="issue 13: torch seeds 1-3 -97.6/-246.4/-213.8; JAX seeds 1-3 -98.5/-141.8/-241.8"),
     LearningSpec("algos/mbpo_jax.py", {"env_id": "Pendulum-v1", "total_timesteps": 3000},
                  threshold=-350.0, min_passing=2, smooth=5,
                  note="issue 13: JAX seeds 1-3 -98.5/-141.8/-241.8"),
