@@ -348,8 +348,9 @@ REGISTRY = [
     LearningSpec("algos/pets_jax.py", {"env_id": "Pendulum-v1", "total_timesteps": 3000},
                  threshold=-250.0, seeds=(1, 2, 3, 4, 5), min_passing=4, smooth=5,
                  note="issue 13: seeds 1-5 gave -153, -176, -446, -76, -159 (86-176 s each, loaded dev machine)"),
-    # MBPO, Pendulum-v1, 3,000 steps (15 episodes), last-5-episode mean (docs/algorithms/mbpo.md). Only JAX
-    # seeds 1-3 and torch seed 1 were measured (4-10 min each on the loaded machine); 2 of 3 seeds over -350.
+    # MBPO, Pendulum-v1, 3,000 steps (15 episodes), last-5-episode mean (docs/algorithms/mbpo.md). Seeds 1-3
+    # of both twins measured (4-10 min each), all six better than -300 (worst -246.4); 2 of 3 seeds over
+    # -350 asked: six runs are too few to bound the worst seed on another CPU.
     LearningSpec("algos/mbpo_torch.py", {"env_id": "Pendulum-v1", "total_timesteps": 3000},
                  threshold=-350.0, min_passing=2, smooth=5,
                  note="issue 13: torch seeds 1-3 -97.6/-246.4/-213.8; JAX seeds 1-3 -98.5/-141.8/-241.8"),
