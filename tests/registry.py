@@ -436,6 +436,10 @@ REGISTRY = [
                  threshold=16_641, metric="episodes_to_solve", seeds=(1, 2, 3, 4, 5),
                  at_most={"final_mean_return": 0.2}, tag="noisy_tv",
                  note="issue 15: torch seeds 1-5 never solved the noisy-TV variant (final <= 0.045); see docs/algorithms/icm.md"),
+    LearningSpec("algos/icm_jax.py", {"env_id": "NoisyTVDeepSea12-v0", "total_timesteps": 200_000},
+                 threshold=16_641, metric="episodes_to_solve", seeds=(1, 2, 3, 4, 5),
+                 at_most={"final_mean_return": 0.2}, tag="noisy_tv",
+                 note="issue 15: JAX seeds 1-5 never solved the noisy-TV variant (final <= 0.045, tv_fraction 0.24-0.29; 22 s each); see docs/algorithms/icm.md"),
     # --- issue 15 (add above this line) ---
     # Issue 14: imitation and offline RL (docs/algorithms/offline.md). Offline specs are named by their
     # dataset; the metric is D4RL's normalised score of the last evaluation (algos/offline_data.py).
