@@ -373,14 +373,15 @@ REGISTRY = [
                  threshold=300.0, min_passing=2,
                  note="issue 13: JAX seeds 1-3 gave 490.2, 154.3, 397.9 (285-339 s each, loaded shared 2-core machine)"),
     # Dreamer, Pendulum-v1, 6,000 steps (30 episodes, 5 random), last-5-episode mean (docs/algorithms/dreamer.md).
-    # Random play scores about -1,200. Torch seeds 1-3 -198/-179/-644, JAX seeds 1-2 -198/-179
-    # (4-25 min each on the loaded machine); -850 is ~200 below the worst seed and ~400 above random.
+    # Random play scores about -1,200. Seeds 1-5: torch -198/-179/-644/-237/-324, JAX -198/-179/-153/-915/-534
+    # (3-25 min each). -850 is ~350 above random; 9 of the 10 runs clear it, JAX seed 4 (-915) does not,
+    # so 3 of 5 seeds are asked: one seed in ten below the bar makes 4-of-5 a coin toss on another CPU.
     LearningSpec("algos/dreamer_torch.py", {"env_id": "Pendulum-v1", "total_timesteps": 6000},
-                 threshold=-850.0, seeds=(1, 2, 3), smooth=5,
-                 note="issue 13: torch seeds 1-3 -198.4/-178.8/-644.3; JAX seeds 1-2 -198.4 / -179.4"),
+                 threshold=-850.0, seeds=(1, 2, 3, 4, 5), min_passing=3, smooth=5,
+                 note="issue 13: torch seeds 1-5 -198.4/-178.8/-644.3/-237.2/-323.7 (random about -1,200)"),
     LearningSpec("algos/dreamer_jax.py", {"env_id": "Pendulum-v1", "total_timesteps": 6000},
-                 threshold=-850.0, seeds=(1, 2, 3), min_passing=2, smooth=5,  # seed 3 unmeasured: 2 of 3 until it is
-                 note="issue 13: JAX seeds 1-2 -198.4 / -179.4 (seed 3 not yet measured)"),
+                 threshold=-850.0, seeds=(1, 2, 3, 4, 5), min_passing=3, smooth=5,
+                 note="issue 13: JAX seeds 1-5 -198.4/-179.4/-152.5/-915.0/-534.4 (random about -1,200)"),
     # --- issue 13 (add above this line) ---
     # --- issue 15: the exploration family (algos/explore_envs.py's DeepSea; docs/algorithms/exploration.md).
     # Count bonus: PPO + beta / sqrt(N(s')) on DeepSea14-v0, 28,160 steps = 2,011 episodes
