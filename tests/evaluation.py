@@ -216,6 +216,31 @@ def parse_seeds(text):
     return seeds
 
 
+def run_sweep_process(script, seeds, json_path, log_dir, overrides=(), metric=None):
+    """Run this module's command line on one script in a fresh process (`--workers 1`), writing its
+    per-seed JSON to json_path: the step the table drivers (tests/offline_table.py, tests/llm_table.py)
+    take for each sweep they lack. overrides: "FIELD=VALUE" strings."""
+    import subprocess
+    cmd = [sys.executable, str(Path(__file__).resolve()), script, "--seeds", seeds, "--workers", "1",
+           *[a for kv in overrides for a in ("--set", kv)], *(["--metric", metric] if metric else []),
+           "--log-dir", str(log_dir), "--json", str(json_path)]
+    print(" ".join(cmd), flush=True)
+    subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], check=True)
+
+
+def read_sweep(json_path):
+    """A sweep written by `--json`, seeds in numeric order: {"seeds", "scores", "wall", "scalars"} (arrays
+    aligned with seeds; scalars a list of each seed's summary scalars), or None when the file is absent."""
+    path = Path(json_path)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    seeds = sorted(data["scores"], key=int)
+    return {"seeds": seeds, "scores": np.array([data["scores"][s] for s in seeds]),
+            "wall": np.array([data["wall_time"][s] for s in seeds]),
+            "scalars": [data["scalars"][s] for s in seeds]}
+
+
 def parse_overrides(items):
     """["lr=1e-3", "env_id=Acrobot-v1"] -> {"lr": 0.001, "env_id": "Acrobot-v1"} (the --set flags of
     this CLI and of tests/benchmark.py)."""

@@ -13,15 +13,13 @@ time (the SFT checkpoints of each seed are trained once in --dir/<seed>/ and reu
 """
 import argparse
 import csv
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from evaluation import summarize  # noqa: E402
+from evaluation import read_sweep, run_sweep_process, summarize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # (method, family) in the order of the table: offline preference methods, then online RL.
@@ -39,26 +37,16 @@ def sweep_path(folder, method, framework):
 
 
 def run_sweep(folder, method, framework, seeds):
-    script = f"llm/{method}_{framework}.py"
-    cmd = [sys.executable, "tests/evaluation.py", script, "--seeds", seeds, "--workers", "1",
-           "--metric", "accuracy_gain", "--log-dir", str(folder),
-           "--json", str(sweep_path(folder, method, framework))]
-    print(" ".join(cmd), flush=True)
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    run_sweep_process(f"llm/{method}_{framework}.py", seeds, sweep_path(folder, method, framework), folder,
+                      metric="accuracy_gain")
 
 
 def load(folder, method, framework):
-    path = sweep_path(folder, method, framework)
-    if not path.exists():
+    sweep = read_sweep(sweep_path(folder, method, framework))
+    if sweep is None:
         return None
-    data = json.loads(path.read_text())
-    seeds = sorted(data["scores"], key=int)
-    return {
-        "gains": np.array([data["scores"][s] for s in seeds]),
-        "kl": np.array([data["scalars"][s].get("kl_to_ref", np.nan) for s in seeds]),
-        "wall": np.array([data["wall_time"][s] for s in seeds]),
-        "seeds": seeds,
-    }
+    return {"gains": sweep["scores"], "kl": np.array([x.get("kl_to_ref", np.nan) for x in sweep["scalars"]]),
+            "wall": sweep["wall"], "seeds": sweep["seeds"]}
 
 
 def main():

@@ -13,8 +13,6 @@ With --run, missing sweeps are run first, one process at a time.
 """
 import argparse
 import csv
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "algos"))
-from evaluation import summarize  # noqa: E402
+from evaluation import read_sweep, run_sweep_process, summarize  # noqa: E402
 import offline_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,23 +36,13 @@ def sweep_path(folder, method, dataset, framework):
 
 
 def run_sweep(folder, method, dataset, framework, seeds):
-    script = f"algos/{method}_{framework}.py"
-    cmd = [sys.executable, "tests/evaluation.py", script, "--seeds", seeds, "--workers", "1",
-           "--set", f"dataset={dataset}", *[a for kv in EXTRA.get((method, dataset), []) for a in ("--set", kv)],
-           "--metric", "normalized_score",
-           "--log-dir", str(Path(folder) / "runs"), "--json", str(sweep_path(folder, method, dataset, framework))]
-    print(" ".join(cmd), flush=True)
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    run_sweep_process(f"algos/{method}_{framework}.py", seeds, sweep_path(folder, method, dataset, framework),
+                      Path(folder) / "runs", [f"dataset={dataset}", *EXTRA.get((method, dataset), [])],
+                      metric="normalized_score")
 
 
 def load(folder, method, dataset, framework):
-    path = sweep_path(folder, method, dataset, framework)
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text())
-    seeds = sorted(data["scores"], key=int)
-    return {"scores": np.array([data["scores"][s] for s in seeds]),
-            "wall": np.array([data["wall_time"][s] for s in seeds]), "seeds": seeds}
+    return read_sweep(sweep_path(folder, method, dataset, framework))
 
 
 def behaviour_score(dataset):
@@ -87,8 +75,9 @@ def main():
     print("| dataset | behaviour | " + " | ".join(methods) + " |")
     print("|---|---|" + "---|" * len(methods))
     out = []
+    behaviour = {dataset: behaviour_score(dataset) for dataset in datasets}
     for dataset in datasets:
-        row = [dataset, f"{behaviour_score(dataset):.1f}"]
+        row = [dataset, f"{behaviour[dataset]:.1f}"]
         for method in methods:
             c = cells[dataset, method]
             if c is None:
@@ -99,7 +88,7 @@ def main():
             out.append({"dataset": dataset, "method": method, "framework": opts.framework,
                         "seeds": " ".join(c["seeds"]), "iqm": iqm[0], "ci_low": iqm[1], "ci_high": iqm[2],
                         "scores": " ".join(f"{s:.1f}" for s in c["scores"]),
-                        "behaviour": behaviour_score(dataset),
+                        "behaviour": behaviour[dataset],
                         "wall_time_median_s": float(np.median(c["wall"]))})
         print("| " + " | ".join(row) + " |")
     for r in out:
@@ -107,10 +96,19 @@ def main():
     if out:
         path = ROOT / (opts.csv or f"docs/assets/curves/offline_table_{opts.framework}.csv")
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Rows of cells not in this run (other datasets or methods) are kept: a run over a subset
+        # (--datasets pendulum-expert) updates its cells instead of erasing the rest of the table.
+        fresh = {(r["dataset"], r["method"]) for r in out}
+        kept = []
+        if path.exists():
+            with open(path, newline="") as f:
+                kept = [r for r in csv.DictReader(f) if (r["dataset"], r["method"]) not in fresh]
+        order = {d: i for i, d in enumerate(DATASETS)}
+        rows = sorted(kept + out, key=lambda r: (order.get(r["dataset"], len(order)), r["dataset"]))
         with open(path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(out[0]))
             writer.writeheader()
-            writer.writerows(out)
+            writer.writerows(rows)
         print(f"wrote {path}")
 
 

@@ -135,3 +135,17 @@ def test_no_quick_check_rests_on_one_seed():
     from registry import REGISTRY
     single = [s.name for s in REGISTRY if len(s.quick_seeds) == 1]
     assert single == []
+
+
+def test_read_sweep_orders_seeds_numerically(tmp_path):
+    """read_sweep (the table drivers' reader of `--json` files) aligns scores, wall times and scalars
+    with the seeds in numeric order, not JSON's string order ("10" after "2")."""
+    import json
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"scores": {"10": 3.0, "2": 1.0}, "wall_time": {"10": 30.0, "2": 20.0},
+                                "scalars": {"10": {"kl_to_ref": 0.3}, "2": {"kl_to_ref": 0.2}}}))
+    sweep = ev.read_sweep(path)
+    assert sweep["seeds"] == ["2", "10"]
+    assert sweep["scores"].tolist() == [1.0, 3.0] and sweep["wall"].tolist() == [20.0, 30.0]
+    assert [x["kl_to_ref"] for x in sweep["scalars"]] == [0.2, 0.3]
+    assert ev.read_sweep(tmp_path / "absent.json") is None
