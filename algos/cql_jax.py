@@ -22,6 +22,7 @@ Verified (tests/): cql_penalty is 0 when every sampled action is the dataset act
 of K equal values minus log K is the value) and positive otherwise, and on hand numbers (worked
 problem "the conservative penalty") in both the importance-sampled and the discrete form;
 tanh_log_det_jacobian against the direct form; the targets ignore timeouts and cut at terminals;
+lagrange_loss (--cql-lagrange) on hand numbers, and its weight moving the penalty towards the threshold;
 bad input (unknown dataset, a --discrete flag that does not match the dataset's actions, sizes < 1)
 refused before a run directory is written; parity with the PyTorch twin within 1e-5 (every module-level
 function, the loss gradients, the networks on the same weights); a smoke run and the same figures
@@ -30,7 +31,7 @@ Measured (docs/algorithms/cql.md): pendulum-replay at the defaults (6k gradient 
 of both twins: normalised score 101.1-102.5 on every seed (IQM 101.7 in both twins; the expert is
 100), against 24.5 for the behaviour policy (the dataset's mean return); --discrete on
 cartpole-replay: 500 at every evaluation (seed 1, both twins). Not solved: pendulum-expert (narrow
-data), 27.7 on seed 1 (see the docs page).
+data), 27.7 on seed 1, and not with --cql-lagrange either (see the docs page).
 Reproduce: python algos/cql_jax.py --seed 1
 """
 import os
@@ -80,7 +81,11 @@ class Args:
     autotune: bool = True
     """tune alpha so that the policy's entropy tracks the target -dim(A)"""
     cql_alpha: float = 5.0
-    """weight of the conservative penalty in each critic's loss"""
+    """weight of the conservative penalty in each critic's loss: the fixed value, or the initial value with --cql-lagrange"""
+    cql_lagrange: bool = False
+    """tune the penalty weight by dual gradient ascent so that the penalty settles at --lagrange-threshold"""
+    lagrange_threshold: float = 10.0
+    """the penalty level tau the tuned weight aims for (--cql-lagrange only); its step size is q_lr"""
     num_sampled_actions: int = 5
     """actions per state from each proposal (uniform, pi(s), pi(s')) in the importance-sampled log-sum-exp"""
     hidden_size: int = 64
@@ -160,6 +165,18 @@ def cql_critic_loss(q, target, q_sampled, log_density, cql_alpha):
     bellman = ((q - target) ** 2).mean()
     penalty = cql_penalty(q, q_sampled, log_density)
     return bellman + cql_alpha * penalty, bellman, penalty
+
+
+def lagrange_loss(log_cql_alpha, penalty, threshold):
+    """The dual loss of the penalty weight, the paper's Lagrange variant with tau = threshold:
+
+        -cql_alpha * (penalty - threshold),  cql_alpha = exp(log_cql_alpha), the penalty held fixed.
+
+    The critic minimises Bellman error + cql_alpha * (penalty - threshold) over Q, and cql_alpha >= 0
+    maximises it: gradient descent on this loss raises cql_alpha while the penalty (how far the
+    log-sum-exp over sampled actions sits above Q on the data's actions) exceeds the threshold and
+    lowers it while the penalty is below. The constant -cql_alpha * threshold does not move Q."""
+    return -(jnp.exp(log_cql_alpha) * jax.lax.stop_gradient(penalty - threshold))
 
 
 def sac_actor_loss(q1, q2, log_prob, alpha):
@@ -270,6 +287,8 @@ def check_args(args):
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
     if args.cql_alpha < 0:
         raise ValueError(f"cql_alpha = {args.cql_alpha} must be >= 0")
+    if args.cql_lagrange and args.cql_alpha <= 0:
+        raise ValueError(f"--cql-lagrange tunes log(cql_alpha): its initial cql_alpha = {args.cql_alpha} must be > 0")
     info = offline_data.dataset_info(args.dataset)
     if info["discrete"] and not args.discrete:
         raise ValueError(f"{args.dataset} has discrete actions: pass --discrete (the Q network over actions)")
@@ -354,6 +373,25 @@ def train(args: Args) -> dict:
     params = agent.init(init_key)
     q_optimizer = optax.adam(args.q_lr)
     state = {"params": params, "qf_target": params["qf"], "q_opt": q_optimizer.init(params["qf"])}
+    # the penalty weight: args.cql_alpha, or with --cql-lagrange exp(log_cql_alpha), tuned by dual ascent
+    cql_alpha_optimizer = optax.adam(args.q_lr)
+    state["log_cql_alpha"] = jnp.asarray(np.log(args.cql_alpha) if args.cql_lagrange else 0.0, dtype=jnp.float32)
+    state["cql_alpha_opt"] = cql_alpha_optimizer.init(state["log_cql_alpha"])
+
+    def penalty_weight(state):
+        """The weight of the penalty in this step's critic loss; the tuned one capped at 1e6 as in CQL's code."""
+        return jnp.minimum(jnp.exp(state["log_cql_alpha"]), 1e6) if args.cql_lagrange else args.cql_alpha
+
+    def tune_penalty_weight(state, penalty, step_losses):
+        """--cql-lagrange: one Adam step of log cql_alpha on lagrange_loss, this step's penalty held fixed."""
+        log_cql_alpha = state["log_cql_alpha"]
+        if not args.cql_lagrange:
+            return log_cql_alpha, state["cql_alpha_opt"]
+        cql_alpha_loss, grad = jax.value_and_grad(lagrange_loss)(log_cql_alpha, penalty, args.lagrange_threshold)
+        updates, cql_alpha_opt = cql_alpha_optimizer.update(grad, state["cql_alpha_opt"])
+        log_cql_alpha = optax.apply_updates(log_cql_alpha, updates)
+        step_losses.update(cql_alpha=jnp.exp(log_cql_alpha), cql_alpha_loss=cql_alpha_loss)
+        return log_cql_alpha, cql_alpha_opt
     if args.discrete:
         # the exact log-sum-exp: every action once, each with the uniform density 1/A
         log_uniform = -float(np.log(space.n))
@@ -380,13 +418,15 @@ def train(args: Args) -> dict:
             q_all = agent.qf.apply(qf_params, obs)
             q = jnp.take_along_axis(q_all, actions[:, None], 1).squeeze(1)
             qf_loss, bellman, penalty = cql_critic_loss(q, target, q_all, jnp.full_like(q_all, log_uniform),
-                                                        args.cql_alpha)
+                                                        penalty_weight(state))
             return qf_loss, {"qf_loss": qf_loss, "bellman_error": bellman, "cql_penalty": penalty, "q_values": q.mean()}
         q_grads, step_losses = jax.grad(q_loss_fn, has_aux=True)(state["params"]["qf"])
         q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
         qf_params = optax.apply_updates(state["params"]["qf"], q_updates)
+        log_cql_alpha, cql_alpha_opt = tune_penalty_weight(state, step_losses["cql_penalty"], step_losses)
         qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)  # target += tau * (online - target)
-        return {"params": {"qf": qf_params}, "qf_target": qf_target, "q_opt": q_opt}, step_losses
+        return {"params": {"qf": qf_params}, "qf_target": qf_target, "q_opt": q_opt,
+                "log_cql_alpha": log_cql_alpha, "cql_alpha_opt": cql_alpha_opt}, step_losses
 
     def continuous_step(state, batch, key):
         """One gradient step: critics (Bellman + conservative penalty), actor, temperature, targets."""
@@ -409,17 +449,21 @@ def train(args: Args) -> dict:
         obs_3 = jnp.tile(rep_obs, (3, 1))
         to_bk = lambda x: x.reshape(3, B, N).transpose(1, 0, 2).reshape(B, 3 * N)  # noqa: E731 (B, 3N)
 
+        cql_alpha = penalty_weight(state)
+
         def q_loss_fn(qf_params):
             q = agent.q_values(qf_params, obs, actions)
             q_sampled = agent.q_values(qf_params, obs_3, sampled)
-            qf1_loss, bellman1, penalty1 = cql_critic_loss(q[0], target, to_bk(q_sampled[0]), log_density, args.cql_alpha)
-            qf2_loss, bellman2, penalty2 = cql_critic_loss(q[1], target, to_bk(q_sampled[1]), log_density, args.cql_alpha)
+            qf1_loss, bellman1, penalty1 = cql_critic_loss(q[0], target, to_bk(q_sampled[0]), log_density, cql_alpha)
+            qf2_loss, bellman2, penalty2 = cql_critic_loss(q[1], target, to_bk(q_sampled[1]), log_density, cql_alpha)
             return qf1_loss + qf2_loss, {"qf1_loss": qf1_loss, "qf2_loss": qf2_loss,
                                          "bellman_error": (bellman1 + bellman2) / 2,
                                          "cql_penalty": (penalty1 + penalty2) / 2, "q_values": q[0].mean()}
         q_grads, step_losses = jax.grad(q_loss_fn, has_aux=True)(params["qf"])
         q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
         qf_params = optax.apply_updates(params["qf"], q_updates)
+        # the critics' mean penalty
+        log_cql_alpha, cql_alpha_opt = tune_penalty_weight(state, step_losses["cql_penalty"], step_losses)
 
         def actor_loss_fn(actor_params):
             actions_pi, log_prob = agent.sample(actor_params, obs, actor_key)
@@ -439,7 +483,8 @@ def train(args: Args) -> dict:
 
         qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)  # target += tau * (online - target)
         return {"params": {"actor": actor_params, "qf": qf_params}, "qf_target": qf_target, "q_opt": q_opt,
-                "log_alpha": log_alpha, "actor_opt": actor_opt, "alpha_opt": alpha_opt}, step_losses
+                "log_alpha": log_alpha, "actor_opt": actor_opt, "alpha_opt": alpha_opt,
+                "log_cql_alpha": log_cql_alpha, "cql_alpha_opt": cql_alpha_opt}, step_losses
 
     @jax.jit
     def update(state, D, idx, key):

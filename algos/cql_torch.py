@@ -22,6 +22,7 @@ Verified (tests/): cql_penalty is 0 when every sampled action is the dataset act
 of K equal values minus log K is the value) and positive otherwise, and on hand numbers (worked
 problem "the conservative penalty") in both the importance-sampled and the discrete form;
 tanh_log_det_jacobian against the direct form; the targets ignore timeouts and cut at terminals;
+lagrange_loss (--cql-lagrange) on hand numbers, and its weight moving the penalty towards the threshold;
 bad input (unknown dataset, a --discrete flag that does not match the dataset's actions, sizes < 1)
 refused before a run directory is written; parity with the JAX twin within 1e-5 (every module-level
 function, the loss gradients, the networks on the same weights); a smoke run and the same figures
@@ -30,7 +31,7 @@ Measured (docs/algorithms/cql.md): pendulum-replay at the defaults (6k gradient 
 of both twins: normalised score 101.1-102.5 on every seed (IQM 101.7 in both twins; the expert is
 100), against 24.5 for the behaviour policy (the dataset's mean return); --discrete on
 cartpole-replay: 500 at every evaluation (seed 1, both twins). Not solved: pendulum-expert (narrow
-data), 27.7 on seed 1 (see the docs page).
+data), 27.7 on seed 1, and not with --cql-lagrange either (see the docs page).
 Reproduce: python algos/cql_torch.py --seed 1
 """
 import os
@@ -78,7 +79,11 @@ class Args:
     autotune: bool = True
     """tune alpha so that the policy's entropy tracks the target -dim(A)"""
     cql_alpha: float = 5.0
-    """weight of the conservative penalty in each critic's loss"""
+    """weight of the conservative penalty in each critic's loss: the fixed value, or the initial value with --cql-lagrange"""
+    cql_lagrange: bool = False
+    """tune the penalty weight by dual gradient ascent so that the penalty settles at --lagrange-threshold"""
+    lagrange_threshold: float = 10.0
+    """the penalty level tau the tuned weight aims for (--cql-lagrange only); its step size is q_lr"""
     num_sampled_actions: int = 5
     """actions per state from each proposal (uniform, pi(s), pi(s')) in the importance-sampled log-sum-exp"""
     hidden_size: int = 64
@@ -158,6 +163,18 @@ def cql_critic_loss(q, target, q_sampled, log_density, cql_alpha):
     bellman = ((q - target) ** 2).mean()
     penalty = cql_penalty(q, q_sampled, log_density)
     return bellman + cql_alpha * penalty, bellman, penalty
+
+
+def lagrange_loss(log_cql_alpha, penalty, threshold):
+    """The dual loss of the penalty weight, the paper's Lagrange variant with tau = threshold:
+
+        -cql_alpha * (penalty - threshold),  cql_alpha = exp(log_cql_alpha), the penalty held fixed.
+
+    The critic minimises Bellman error + cql_alpha * (penalty - threshold) over Q, and cql_alpha >= 0
+    maximises it: gradient descent on this loss raises cql_alpha while the penalty (how far the
+    log-sum-exp over sampled actions sits above Q on the data's actions) exceeds the threshold and
+    lowers it while the penalty is below. The constant -cql_alpha * threshold does not move Q."""
+    return -(log_cql_alpha.exp() * (penalty - threshold).detach())
 
 
 def sac_actor_loss(q1, q2, log_prob, alpha):
@@ -249,6 +266,8 @@ def check_args(args):
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
     if args.cql_alpha < 0:
         raise ValueError(f"cql_alpha = {args.cql_alpha} must be >= 0")
+    if args.cql_lagrange and args.cql_alpha <= 0:
+        raise ValueError(f"--cql-lagrange tunes log(cql_alpha): its initial cql_alpha = {args.cql_alpha} must be > 0")
     info = offline_data.dataset_info(args.dataset)
     if info["discrete"] and not args.discrete:
         raise ValueError(f"{args.dataset} has discrete actions: pass --discrete (the Q network over actions)")
@@ -362,6 +381,22 @@ def train(args: Args) -> dict:
         # the uniform proposal's log-density on the action box: -sum_i log(high_i - low_i)
         log_uniform = -float(np.log(space.high - space.low).sum())
     q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr)
+    # the penalty weight: args.cql_alpha, or with --cql-lagrange exp(log_cql_alpha), tuned by dual ascent
+    log_cql_alpha = torch.tensor(np.log(args.cql_alpha) if args.cql_lagrange else 0.0, dtype=torch.float32,
+                                 device=device, requires_grad=args.cql_lagrange)
+    cql_alpha_optimizer = torch.optim.Adam([log_cql_alpha], lr=args.q_lr)
+
+    def penalty_weight():
+        """The weight of the penalty in this step's critic loss; the tuned one capped at 1e6 as in CQL's code."""
+        return log_cql_alpha.detach().exp().clamp(max=1e6) if args.cql_lagrange else args.cql_alpha
+
+    def tune_penalty_weight(penalty, step_losses):
+        """--cql-lagrange: one Adam step of log cql_alpha on lagrange_loss, this step's penalty held fixed."""
+        cql_alpha_loss = lagrange_loss(log_cql_alpha, penalty, args.lagrange_threshold)
+        cql_alpha_optimizer.zero_grad()
+        cql_alpha_loss.backward()
+        cql_alpha_optimizer.step()
+        step_losses.update(cql_alpha=log_cql_alpha.detach().exp(), cql_alpha_loss=cql_alpha_loss)
     policy = greedy_policy(nets, args.discrete, device)
     N, B = args.num_sampled_actions, args.batch_size
 
@@ -373,13 +408,16 @@ def train(args: Args) -> dict:
         q_all = qf(obs)
         q = q_all.gather(1, actions[:, None]).squeeze(1)
         qf_loss, bellman, penalty = cql_critic_loss(q, target, q_all, torch.full_like(q_all, log_uniform),
-                                                    args.cql_alpha)
+                                                    penalty_weight())
         q_optimizer.zero_grad()
         qf_loss.backward()
         q_optimizer.step()
+        step_losses = {"qf_loss": qf_loss, "bellman_error": bellman, "cql_penalty": penalty, "q_values": q.mean()}
+        if args.cql_lagrange:
+            tune_penalty_weight(penalty, step_losses)
         with torch.no_grad():
             torch._foreach_lerp_(target_params, q_params, args.tau)  # target += tau * (online - target)
-        return {"qf_loss": qf_loss, "bellman_error": bellman, "cql_penalty": penalty, "q_values": q.mean()}
+        return step_losses
 
     def continuous_step(batch):
         """One gradient step: critics (Bellman + conservative penalty), actor, temperature, targets."""
@@ -402,13 +440,16 @@ def train(args: Args) -> dict:
 
         q1, q2 = qf1(obs, actions), qf2(obs, actions)
         q1_sampled, q2_sampled = qf1(obs_3, sampled), qf2(obs_3, sampled)
-        qf1_loss, bellman1, penalty1 = cql_critic_loss(q1, target, to_bk(q1_sampled), log_density, args.cql_alpha)
-        qf2_loss, bellman2, penalty2 = cql_critic_loss(q2, target, to_bk(q2_sampled), log_density, args.cql_alpha)
+        cql_alpha = penalty_weight()
+        qf1_loss, bellman1, penalty1 = cql_critic_loss(q1, target, to_bk(q1_sampled), log_density, cql_alpha)
+        qf2_loss, bellman2, penalty2 = cql_critic_loss(q2, target, to_bk(q2_sampled), log_density, cql_alpha)
         step_losses = {"qf1_loss": qf1_loss, "qf2_loss": qf2_loss, "bellman_error": (bellman1 + bellman2) / 2,
                        "cql_penalty": (penalty1 + penalty2) / 2, "q_values": q1.mean()}
         q_optimizer.zero_grad()
         (qf1_loss + qf2_loss).backward()
         q_optimizer.step()
+        if args.cql_lagrange:
+            tune_penalty_weight((penalty1 + penalty2) / 2, step_losses)  # the critics' mean penalty
 
         actions_pi, log_prob = actor.sample(obs)
         actor_loss = sac_actor_loss(qf1(obs, actions_pi), qf2(obs, actions_pi), log_prob, alpha)

@@ -1,6 +1,6 @@
 """Tier 2 for CQL: on identical inputs (with terminal steps) the twins' module-level functions (the
 tanh Jacobian, squashed samples and log-probs, the conservative penalty, both targets, the critic,
-actor and temperature losses) and their gradients agree within 1e-5; the networks (critic, discrete
+actor, temperature and Lagrange-weight losses) and their gradients agree within 1e-5; the networks (critic, discrete
 Q network, actor) are the same function on the same weights; run_episodes gives the same returns for
 the same policy."""
 import jax
@@ -86,6 +86,16 @@ def test_penalty_targets_and_losses_parity(twins, batch):
     loss_j, g = jax.value_and_grad(jx.temperature_loss)(jnp.float32(-1.3), batch["log_prob"], -2.0)
     assert abs(loss_t.item() - float(loss_j)) < TOL
     assert abs(log_alpha.grad.item() - float(g)) < TOL
+
+    # the Lagrange weight's dual loss and its gradient in log cql_alpha, on the batch's mean penalty
+    penalty = float(pt.cql_penalty(T("q_data"), T("q_sampled"), T("log_density")))
+    for threshold in (-0.5, 10.0):
+        log_cql_alpha = torch.tensor(0.7, requires_grad=True)
+        loss_t = pt.lagrange_loss(log_cql_alpha, torch.tensor(penalty), threshold)
+        loss_t.backward()
+        loss_j, g = jax.value_and_grad(jx.lagrange_loss)(jnp.float32(0.7), jnp.float32(penalty), threshold)
+        assert abs(loss_t.item() - float(loss_j)) < TOL * max(1.0, abs(float(loss_j)))
+        assert abs(log_cql_alpha.grad.item() - float(g)) < TOL * max(1.0, abs(float(g)))
 
 
 def _dense(layer):

@@ -131,6 +131,68 @@ def test_critic_loss_adds_the_weighted_penalty(script):
     assert float(total) == pytest.approx(0.5 + 5 * math.log(2.0) / 2, abs=1e-5)
 
 
+def _lagrange_value_and_grad(script, m, log_cql_alpha, penalty, threshold):
+    """lagrange_loss and its derivative in log cql_alpha, in the script's framework."""
+    if is_torch(script):
+        la = torch.tensor(log_cql_alpha, requires_grad=True)
+        p = torch.tensor(penalty, requires_grad=True)
+        loss = m.lagrange_loss(la, p, threshold)
+        loss.backward()
+        assert p.grad is None or float(p.grad) == 0.0, "the penalty is held fixed: no gradient reaches Q"
+        return float(loss), float(la.grad)
+    import jax
+    import jax.numpy as jnp
+    loss, (g_alpha, g_penalty) = jax.value_and_grad(m.lagrange_loss, argnums=(0, 1))(
+        jnp.float32(log_cql_alpha), jnp.float32(penalty), threshold)
+    assert float(g_penalty) == 0.0, "the penalty is held fixed: no gradient reaches Q"
+    return float(loss), float(g_alpha)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_lagrange_loss_by_hand(script):
+    """cql_alpha = e^{ln 2} = 2, penalty 3, threshold 1: loss -2 (3 - 1) = -4, d/d log alpha = -4 (a
+    descent step raises alpha: the penalty is above its budget); penalty 0.5 < threshold 1: loss
+    -2 (0.5 - 1) = 1, derivative +1 (alpha falls); at the threshold the derivative is 0."""
+    m = load_script(script)
+    loss, grad = _lagrange_value_and_grad(script, m, math.log(2.0), 3.0, 1.0)
+    assert (loss, grad) == pytest.approx((-4.0, -4.0), abs=1e-5)
+    loss, grad = _lagrange_value_and_grad(script, m, math.log(2.0), 0.5, 1.0)
+    assert (loss, grad) == pytest.approx((1.0, 1.0), abs=1e-5)
+    assert _lagrange_value_and_grad(script, m, 0.3, 2.5, 2.5)[1] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_lagrange_weight_moves_the_penalty_towards_its_threshold(script, tmp_path):
+    """--cql-lagrange end to end on the discrete variant (cartpole-expert, 1,000 steps; one action per
+    state in the data lets the penalty approach 0, where uniform data would floor it at log 2): with a
+    threshold below the penalty the tuned weight ends above its start (5) and the penalty below the
+    fixed-weight run's (measured 11.1 and 0.12 against 0.14); with a threshold above it, the weight ends
+    below 5 and the penalty above (2.2, 0.17). The fixed-weight run logs no cql_alpha."""
+    m = load_script(script)
+    common = dict(dataset="cartpole-expert", discrete=True, total_steps=1000, eval_every=1000, eval_episodes=1,
+                  log_dir=str(tmp_path), progress=False)
+    fixed = m.train(m.Args(**common))["losses"]
+    assert "cql_alpha" not in fixed
+    low = m.train(m.Args(cql_lagrange=True, lagrange_threshold=0.05, **common))["losses"]
+    high = m.train(m.Args(cql_lagrange=True, lagrange_threshold=5.0, **common))["losses"]
+    assert fixed["cql_penalty"] > 0.05
+    assert low["cql_alpha"] > 5.0 and low["cql_penalty"] < fixed["cql_penalty"]
+    assert high["cql_alpha"] < 5.0 and high["cql_penalty"] > fixed["cql_penalty"]
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_lagrange_weight_on_continuous_actions(script, tmp_path):
+    """The continuous path of --cql-lagrange (the smoke run covers only the fixed weight): a threshold far
+    above the penalty lowers the weight from its start at every step, by about q_lr per step in log space."""
+    m = load_script(script)
+    s = m.train(m.Args(total_steps=40, batch_size=32, hidden_size=16, num_sampled_actions=2, eval_every=40,
+                       eval_episodes=1, cql_lagrange=True, lagrange_threshold=100.0, log_dir=str(tmp_path),
+                       progress=False))
+    assert {"cql_alpha", "cql_alpha_loss"} <= set(s["losses"])
+    # Adam's first steps move log alpha by about the step size each: 40 steps of 1e-3
+    assert s["losses"]["cql_alpha"] == pytest.approx(5.0 * math.exp(-40 * 1e-3), rel=2e-3)
+
+
 @pytest.mark.parametrize("script", TWINS)
 def test_tanh_log_det_jacobian_matches_direct_form(script):
     m, c = load_script(script), conv(script)
@@ -154,6 +216,7 @@ def test_bad_input_is_refused(script, tmp_path):
     for name in ("total_steps", "batch_size", "num_sampled_actions", "eval_every", "eval_episodes"):
         _refused(m, tmp_path, name, **{name: 0})
     _refused(m, tmp_path, "cql_alpha", cql_alpha=-1.0)
+    _refused(m, tmp_path, "cql-lagrange", cql_alpha=0.0, cql_lagrange=True)  # log(0): nothing to tune
 
 
 @pytest.mark.parametrize("script", TWINS)
