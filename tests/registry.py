@@ -140,9 +140,11 @@ REGISTRY = [
                  note="issue 16: jax +0.444/+0.444/+0.438 for seeds 1-3 (107-152 s after the SFT, loaded 2-core machine); see docs/algorithms/rejection_sampling.md"),
     # PRM (Math-Shepherd Monte Carlo step labels) for best-of-8 over SFT samples; accuracy_gain = PRM best-of-8
     # gold accuracy minus SFT greedy accuracy; the ORM comparison at equal n is in docs/algorithms/prm.md.
-    LearningSpec("llm/prm_torch.py", {}, threshold=0.05, metric="accuracy_gain", curve="accuracy_gain_curve",
+    # On the Intel Xeon seeds 1-3 gained torch +0.190 / +0.221 / +0.179 and JAX +0.138 / +0.181 / +0.068 (AMD
+    # EPYC: below); the lowest of the 12 runs clears 0.05 by 0.018, so the bar asks 2 of the 3 seeds.
+    LearningSpec("llm/prm_torch.py", {}, threshold=0.05, metric="accuracy_gain", curve="accuracy_gain_curve", min_passing=2,
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.203, +0.221, +0.211 (PRM best-of-8 0.757/0.779/0.767 vs ORM 0.715/0.729/0.724; 750-926 s each on the loaded 2-core machine); see docs/algorithms/prm.md"),
-    LearningSpec("llm/prm_jax.py", {}, threshold=0.05, metric="accuracy_gain", curve="accuracy_gain_curve",
+    LearningSpec("llm/prm_jax.py", {}, threshold=0.05, metric="accuracy_gain", curve="accuracy_gain_curve", min_passing=2,
                  x_label="training steps", smooth=1, note="issue 16: seeds 1-3 gained +0.170, +0.172, +0.117 (PRM best-of-8 0.726/0.726/0.679 vs ORM 0.760/0.729/0.691; 511-711 s each on the loaded 2-core machine); see docs/algorithms/prm.md"),
     # SimPO: DPO's pairs, reference-free length-normalised reward, beta 2.0, gamma 1.0, Adam 1e-5, 4 epochs.
     LearningSpec("llm/simpo_torch.py", {}, threshold=0.20, metric="accuracy_gain", curve="accuracy_gain_curve",
@@ -162,12 +164,16 @@ REGISTRY = [
                  x_label="training steps", smooth=1, note="issue 16: jax +0.440/+0.446/+0.438 for seeds 1-3 (312-562 s each under load, 5,376-8,256 prompts); see docs/algorithms/dapo.md"),
     # RLHF with PPO: 20 PPO iterations of 256 completions against a 4-epoch reward model (trained first when
     # missing; pair accuracy 0.72-0.96), beta 0.5, critic initialised from the reward model.
-    LearningSpec("llm/ppo_rlhf_torch.py", {}, threshold=0.10, metric="accuracy_gain",
+    # RLHF-PPO's gain rests on a learned reward model, and it moves with the CPU more than the verifier
+    # methods' do: seeds 1-3 on the Intel Xeon gained torch +0.128 / +0.186 / +0.208 and JAX +0.334 /
+    # +0.226 / +0.188 (AMD EPYC: below). All 12 runs clear 0.10, the lowest by 0.028, so the bar asks 2 of
+    # the 3 seeds: one low draw on a third CPU does not fail a method that learns.
+    LearningSpec("llm/ppo_rlhf_torch.py", {}, threshold=0.10, metric="accuracy_gain", min_passing=2,
                  curve="accuracy_gain_curve", x_label="PPO iterations", smooth=1,
-                 note="issue 16: seeds 1-3 gained +0.386, +0.262, +0.244 (53-83 s of PPO each after SFT and reward model); see docs/algorithms/ppo_rlhf.md"),
-    LearningSpec("llm/ppo_rlhf_jax.py", {}, threshold=0.10, metric="accuracy_gain",
+                 note="issue 16: seeds 1-3 gained +0.386, +0.262, +0.244 (AMD EPYC, 53-83 s of PPO each after SFT and reward model) and +0.128, +0.186, +0.208 (Intel Xeon, 22-24 s); see docs/algorithms/ppo_rlhf.md"),
+    LearningSpec("llm/ppo_rlhf_jax.py", {}, threshold=0.10, metric="accuracy_gain", min_passing=2,
                  curve="accuracy_gain_curve", x_label="PPO iterations", smooth=1,
-                 note="issue 16: seeds 1-3 gained +0.240, +0.276, +0.270 (72-132 s of PPO each after SFT and reward model); see docs/algorithms/ppo_rlhf.md"),
+                 note="issue 16: seeds 1-3 gained +0.240, +0.276, +0.270 (AMD EPYC, 72-132 s of PPO each after SFT and reward model) and +0.334, +0.226, +0.188 (Intel Xeon, 38-42 s); see docs/algorithms/ppo_rlhf.md"),
     # RLHF with PPO over-optimises without its KL penalty: kl_coef 0, 30 iterations. Metric: the greedy gold
     # accuracy's fall from its best evaluation to the end (the proxy reward keeps rising meanwhile).
     LearningSpec("llm/ppo_rlhf_torch.py", {"kl_coef": 0.0, "total_steps": 30}, threshold=0.30,
