@@ -435,6 +435,17 @@ REGISTRY = [
     LearningSpec("algos/rnd_jax.py", {"env_id": "DeepSea12-v0", "total_timesteps": 81_920},
                  threshold=0.5, seeds=(1, 2, 3, 4, 5),
                  note="issue 15: seeds 1-5 gave 0.99 each (baseline --bonus-scale 0: 0.0/0.99/0.99/0.0/0.0); see docs/algorithms/rnd.md"),
+    # RND on MountainCar-v0 (dense -1 reward) with --norm-adv-per-head, 409,600 steps (docs/algorithms/rnd.md):
+    # seeds 1-5 torch -111.2/-109.1/-111.8/-118.5/-107.5, JAX -111.2/-107.3/-101.2/-115.7/-103.8 (Intel Xeon);
+    # every run first crossed -150 within 900 episodes of ~3,100. Bar -150 ("solved" here; random play -200,
+    # the paper's combined advantages 3 of 5 JAX seeds at this budget). 4 of 5 asked: the worst of ten runs
+    # is 31 above the bar, but a seed that finds the flag late on another CPU must not fail the suite.
+    LearningSpec("algos/rnd_torch.py", {"env_id": "MountainCar-v0", "total_timesteps": 409_600, "norm_adv_per_head": True},
+                 threshold=-150.0, seeds=(1, 2, 3, 4, 5), min_passing=4,
+                 note="issue 15: seeds 1-5 gave -111.2/-109.1/-111.8/-118.5/-107.5; see docs/algorithms/rnd.md"),
+    LearningSpec("algos/rnd_jax.py", {"env_id": "MountainCar-v0", "total_timesteps": 409_600, "norm_adv_per_head": True},
+                 threshold=-150.0, seeds=(1, 2, 3, 4, 5), min_passing=4,
+                 note="issue 15: seeds 1-5 gave -111.2/-107.3/-101.2/-115.7/-103.8; see docs/algorithms/rnd.md"),
     # ICM (curiosity on PPO), DeepSea12-v0, 200k steps = 16,640 episodes (docs/algorithms/icm.md).
     # Measured: final_mean_return 0.99 on torch seeds 1-5 (solved after 10,743 / 10,015 / 10,655 /
     # 11,839 / 11,580 episodes) and 0.99 / 0.99 / 0.94 / 0.99 / 0.99 on JAX seeds 1-5 (11,455 / 9,575 /

@@ -66,6 +66,15 @@ def test_compute_gae_gradient_parity(twins, batch, episodic):
         np.testing.assert_allclose(g_t.numpy(), np.asarray(g_j), atol=TOL, rtol=TOL)
 
 
+@pytest.mark.parametrize("per_head", [False, True])
+def test_combine_advantages_parity(twins, batch, per_head):
+    pt, jx = twins
+    ext, intr = batch["rewards"], 1e-3 * batch["values"]
+    out_t = pt.combine_advantages(torch.as_tensor(ext), torch.as_tensor(intr), 2.0, 1.0, per_head=per_head)
+    out_j = jx.combine_advantages(jnp.asarray(ext), jnp.asarray(intr), 2.0, 1.0, per_head=per_head)
+    np.testing.assert_allclose(out_t.numpy(), np.asarray(out_j), atol=TOL, rtol=TOL)
+
+
 def test_running_moments_parity(twins, batch):
     pt, jx = twins
     out_t = pt.update_running_moments(torch.as_tensor(batch["mean"]), torch.as_tensor(batch["var"]), 37.0,

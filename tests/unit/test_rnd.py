@@ -167,6 +167,47 @@ def refused(script, tmp_path, match, **overrides):
     assert not any(tmp_path.iterdir()), "refused before any run directory was written"
 
 
+# ----------------------------------------------------------------------------- combining the two heads
+def combine(script, ext, intr, ext_coef, int_coef, per_head):
+    m = load_script(script)
+    to = conv(script)
+    f32 = lambda x: to(np.asarray(x, dtype=np.float32))
+    return np.asarray(m.combine_advantages(f32(ext), f32(intr), ext_coef, int_coef, per_head=per_head))
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_combine_advantages_by_hand(script):
+    ext, intr = [1.0, 2.0, 3.0], [0.0, 0.0, 3.0]
+    # The paper's sum: 2 * A_ext + 1 * A_int.
+    np.testing.assert_allclose(combine(script, ext, intr, 2.0, 1.0, False), [2.0, 4.0, 9.0], rtol=1e-6)
+    # Per head: A_ext has mean 2 and unbiased std 1 -> (-1, 0, 1); A_int has mean 1, squared deviations
+    # 1 + 1 + 4 = 6 over n - 1 = 2 -> std sqrt(3) -> (-1, -1, 2) / sqrt(3).
+    r3 = np.sqrt(3.0)
+    expected = 2.0 * np.array([-1.0, 0.0, 1.0]) + np.array([-1.0, -1.0, 2.0]) / r3
+    np.testing.assert_allclose(combine(script, ext, intr, 2.0, 1.0, True), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_per_head_balance_is_set_by_the_coefficients_not_the_reward_scales(script):
+    """MountainCar's case: extrinsic advantages of order 1, normalised novelty of order 1e-4. The plain
+    sum is the extrinsic head alone to 4 digits; per head, rescaling either head changes nothing."""
+    rng = np.random.default_rng(0)
+    ext, intr = rng.normal(size=256), rng.normal(size=256)
+    plain = combine(script, 4.0 * ext, 1e-4 * intr, 2.0, 1.0, False)
+    np.testing.assert_allclose(plain, 8.0 * ext, atol=1e-3)
+    per_head = combine(script, ext, intr, 2.0, 1.0, True)
+    # (to 1e-3: the 1e-8 added to a std of ~1e-4 moves the intrinsic part by ~1e-4 of itself)
+    np.testing.assert_allclose(combine(script, 4.0 * ext, 1e-4 * intr, 2.0, 1.0, True), per_head, atol=1e-3)
+    # ... and the intrinsic head carries half the extrinsic head's weight in the result.
+    z = lambda a: (a - a.mean()) / a.std(ddof=1)
+    np.testing.assert_allclose(per_head, 2.0 * z(ext) + z(intr), atol=1e-4)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_per_head_without_norm_adv_is_refused(script, tmp_path):
+    refused(script, tmp_path, "no-norm-adv", norm_adv=False, norm_adv_per_head=True)
+
+
 @pytest.mark.parametrize("script", TWINS)
 def test_negative_bonus_scale_is_refused(script, tmp_path):
     refused(script, tmp_path, "bonus_scale", bonus_scale=-0.5)
