@@ -15,7 +15,8 @@ tests/parity/test_rnd.py); a smoke run.
 Measured (docs/algorithms/rnd.md): DeepSea12-v0, 81,920 steps (6,824 episodes), seeds 1-5, the
 20-episode mean return (optimum 0.99): 0.99 / 0.99 / 0.99 / 0.89 / 0.99 (torch), 0.99 on every seed
 (JAX); entropy-only PPO with the same networks (--bonus-scale 0): 0.0 on every torch seed, 0.0 on
-JAX seeds 1, 4, 5 (seeds 2 and 3 found the treasure by chance and reached 0.99). Noisy TV
+JAX seeds 1, 4, 5 (seeds 2 and 3 found the treasure by chance and reached 0.99). DeepSea16-v0 at
+163,840 steps: 0.99 on seeds 1-5 of both twins, --bonus-scale 0 on none. Noisy TV
 (NoisyTVDeepSea12-v0, torch): 3 of 5 seeds solve it and ignore the TV, 2 do not solve it and watch it
 (45-54% of late actions). MountainCar-v0 (dense -1 reward) with --norm-adv-per-head, 409,600 steps,
 seeds 1-5: every run ends between -101 and -119 (the bar: -150) in both twins; with the paper's
