@@ -477,12 +477,13 @@ REGISTRY = [
                  threshold=0.8, seeds=(1, 2, 3, 4, 5), at_most={"episodes_to_solve": 15_000},
                  note="issue 15: JAX seeds 1-5 gave 0.99 / 0.99 / 0.94 / 0.99 / 0.99, solved after 9,575-11,546 episodes; see docs/algorithms/icm.md"),
     # The baseline fails at the same size and budget: --bonus-scale 0 (entropy-only PPO) never reaches
-    # the treasure (torch seeds 1-3: 0 of 16,640 episodes). episodes_to_solve is num_episodes + 1 =
-    # 16,641 when never solved, so ">= 16,641" asserts "never solved".
+    # the treasure (torch seeds 1-5 on the Intel Xeon and 1-3 on the AMD EPYC: 0 of 16,640 episodes each).
+    # episodes_to_solve is num_episodes + 1 = 16,641 when never solved, so ">= 16,641" asserts "never
+    # solved". JAX seeds 2 and 4 of 1-5 did solve by chance (docs/algorithms/icm.md), so 4 of 5 are asked.
     LearningSpec("algos/icm_torch.py", {"env_id": "DeepSea12-v0", "total_timesteps": 200_000, "bonus_scale": 0.0},
-                 threshold=16_641, metric="episodes_to_solve", seeds=(1, 2, 3),
+                 threshold=16_641, metric="episodes_to_solve", seeds=(1, 2, 3, 4, 5), min_passing=4,
                  at_most={"final_mean_return": 0.1}, tag="baseline",
-                 note="issue 15: entropy-only PPO, torch seeds 1-3: treasure never reached (final 0.00)"),
+                 note="issue 15: entropy-only PPO, torch seeds 1-5: treasure never reached (final 0.00)"),
     # The noisy TV distracts ICM: the same run that solves DeepSea12 on 5 of 5 seeds never solves
     # NoisyTVDeepSea12 (torch seeds 1-5: final 20-episode mean -0.005 / 0.045 / 0.045 / 0.045 / 0.045,
     # curiosity per step 0.11-0.13 at the end against 0.000-0.004 without the TV).
