@@ -382,12 +382,14 @@ def train(args: Args) -> dict:
         """The weight of the penalty in this step's critic loss; the tuned one capped at 1e6 as in CQL's code."""
         return jnp.minimum(jnp.exp(state["log_cql_alpha"]), 1e6) if args.cql_lagrange else args.cql_alpha
 
-    def tune_penalty_weight(state, penalty, step_losses):
-        """--cql-lagrange: one Adam step of log cql_alpha on lagrange_loss, this step's penalty held fixed."""
+    def tune_penalty_weight(state, step_losses):
+        """--cql-lagrange: one Adam step of log cql_alpha on lagrange_loss, this step's penalty
+        (step_losses["cql_penalty"]; with two critics their mean) held fixed."""
         log_cql_alpha = state["log_cql_alpha"]
         if not args.cql_lagrange:
             return log_cql_alpha, state["cql_alpha_opt"]
-        cql_alpha_loss, grad = jax.value_and_grad(lagrange_loss)(log_cql_alpha, penalty, args.lagrange_threshold)
+        cql_alpha_loss, grad = jax.value_and_grad(lagrange_loss)(log_cql_alpha, step_losses["cql_penalty"],
+                                                                 args.lagrange_threshold)
         updates, cql_alpha_opt = cql_alpha_optimizer.update(grad, state["cql_alpha_opt"])
         log_cql_alpha = optax.apply_updates(log_cql_alpha, updates)
         step_losses.update(cql_alpha=jnp.exp(log_cql_alpha), cql_alpha_loss=cql_alpha_loss)
@@ -423,7 +425,7 @@ def train(args: Args) -> dict:
         q_grads, step_losses = jax.grad(q_loss_fn, has_aux=True)(state["params"]["qf"])
         q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
         qf_params = optax.apply_updates(state["params"]["qf"], q_updates)
-        log_cql_alpha, cql_alpha_opt = tune_penalty_weight(state, step_losses["cql_penalty"], step_losses)
+        log_cql_alpha, cql_alpha_opt = tune_penalty_weight(state, step_losses)
         qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)  # target += tau * (online - target)
         return {"params": {"qf": qf_params}, "qf_target": qf_target, "q_opt": q_opt,
                 "log_cql_alpha": log_cql_alpha, "cql_alpha_opt": cql_alpha_opt}, step_losses
@@ -462,8 +464,7 @@ def train(args: Args) -> dict:
         q_grads, step_losses = jax.grad(q_loss_fn, has_aux=True)(params["qf"])
         q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
         qf_params = optax.apply_updates(params["qf"], q_updates)
-        # the critics' mean penalty
-        log_cql_alpha, cql_alpha_opt = tune_penalty_weight(state, step_losses["cql_penalty"], step_losses)
+        log_cql_alpha, cql_alpha_opt = tune_penalty_weight(state, step_losses)
 
         def actor_loss_fn(actor_params):
             actions_pi, log_prob = agent.sample(actor_params, obs, actor_key)

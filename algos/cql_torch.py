@@ -390,11 +390,12 @@ def train(args: Args) -> dict:
         """The weight of the penalty in this step's critic loss; the tuned one capped at 1e6 as in CQL's code."""
         return log_cql_alpha.detach().exp().clamp(max=1e6) if args.cql_lagrange else args.cql_alpha
 
-    def tune_penalty_weight(penalty, step_losses):
-        """--cql-lagrange: one Adam step of log cql_alpha on lagrange_loss, this step's penalty held fixed."""
+    def tune_penalty_weight(step_losses):
+        """--cql-lagrange: one Adam step of log cql_alpha on lagrange_loss, this step's penalty
+        (step_losses["cql_penalty"]; with two critics their mean) held fixed."""
         if not args.cql_lagrange:
             return
-        cql_alpha_loss = lagrange_loss(log_cql_alpha, penalty, args.lagrange_threshold)
+        cql_alpha_loss = lagrange_loss(log_cql_alpha, step_losses["cql_penalty"], args.lagrange_threshold)
         cql_alpha_optimizer.zero_grad()
         cql_alpha_loss.backward()
         cql_alpha_optimizer.step()
@@ -415,7 +416,7 @@ def train(args: Args) -> dict:
         qf_loss.backward()
         q_optimizer.step()
         step_losses = {"qf_loss": qf_loss, "bellman_error": bellman, "cql_penalty": penalty, "q_values": q.mean()}
-        tune_penalty_weight(step_losses["cql_penalty"], step_losses)
+        tune_penalty_weight(step_losses)
         with torch.no_grad():
             torch._foreach_lerp_(target_params, q_params, args.tau)  # target += tau * (online - target)
         return step_losses
@@ -449,8 +450,7 @@ def train(args: Args) -> dict:
         q_optimizer.zero_grad()
         (qf1_loss + qf2_loss).backward()
         q_optimizer.step()
-        # the critics' mean penalty
-        tune_penalty_weight(step_losses["cql_penalty"], step_losses)
+        tune_penalty_weight(step_losses)
 
         actions_pi, log_prob = actor.sample(obs)
         actor_loss = sac_actor_loss(qf1(obs, actions_pi), qf2(obs, actions_pi), log_prob, alpha)

@@ -7,9 +7,9 @@ Twin:   algos/rnd_torch.py (`diff algos/rnd_torch.py algos/rnd_jax.py` shows onl
 Docs:   docs/algorithms/rnd.md
 
 Verified (tests/): the running mean/variance (parallel-variance update) against np.mean/np.var of
-a known stream, the non-episodic GAE on a 3-step hand case that crosses an episode end, the two heads' advantages
-combined (plain and standardised per head) by hand, the predictor's error falling on visited
-DeepSea states and staying high on unvisited ones, bad input
+a known stream, the non-episodic GAE on a 3-step hand case that crosses an episode end, the two
+heads' advantages combined (plain and standardised per head) by hand, the predictor's error
+falling on visited DeepSea states and staying high on unvisited ones, bad input
 (tests/unit/test_rnd.py); parity with the PyTorch twin within 1e-5 (values and gradients,
 tests/parity/test_rnd.py); a smoke run.
 Measured (docs/algorithms/rnd.md): DeepSea12-v0, 81,920 steps (6,824 episodes), seeds 1-5, the
@@ -188,16 +188,20 @@ def compute_gae(rewards, values, dones, last_value, gamma, lam, episodic=True):
     return advantages, advantages + values
 
 
+def standardize(x):
+    """(x - mean) / (unbiased std + 1e-8): PPO's advantage normalisation."""
+    return (x - x.mean()) / (x.std(ddof=1) + 1e-8)
+
+
 def combine_advantages(ext_advantages, int_advantages, ext_coef, int_coef, per_head=False):
     """The advantage the policy follows: ext_coef * A_ext + int_coef * A_int (the paper's weighted sum;
     PPO then standardises it per minibatch). per_head: standardise each head over the batch first
-    (mean 0, std 1, unbiased std), so that the coefficients, not the two reward scales, set the balance.
+    (`standardize`), so that the coefficients, not the two reward scales, set the balance.
     The paper's games pay a sparse extrinsic reward and the plain sum works; MountainCar pays -1 every
     step, its extrinsic advantages carry value-fit noise of order 1 while the normalised novelty's are
     of order 1e-4, and the plain sum is all noise (docs/algorithms/rnd.md)."""
     if per_head:
-        ext_advantages = (ext_advantages - ext_advantages.mean()) / (ext_advantages.std(ddof=1) + 1e-8)
-        int_advantages = (int_advantages - int_advantages.mean()) / (int_advantages.std(ddof=1) + 1e-8)
+        ext_advantages, int_advantages = standardize(ext_advantages), standardize(int_advantages)
     return ext_coef * ext_advantages + int_coef * int_advantages
 
 
@@ -404,7 +408,7 @@ def train(args: Args) -> dict:
         logp, entropy, value = agent.evaluate_actions(params, mb["obs"], mb["actions"])
         mb_adv = mb["advantages"]
         if args.norm_adv:
-            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std(ddof=1) + 1e-8)
+            mb_adv = standardize(mb_adv)
         pg_loss = ppo_policy_loss(logp, mb["logps"], mb_adv, args.clip_coef)
         v_loss = ppo_value_loss(value[:, 0], mb["ext_returns"]) + ppo_value_loss(value[:, 1], mb["int_returns"])
         entropy_loss = entropy.mean()
