@@ -280,8 +280,8 @@ REGISTRY = [
     # on 2 of seeds 1-3" (issue 4), set on one machine; on the Intel Xeon (issue 18) double_dqn_jax gave
     # 500.0 / 248.3 / 347.0 and failed it, and across both machines most value-based specs had a seed
     # below 450 (for those, 4 or 5 of 6 seeds >= 450, where "2 of 3" passes only 74-93% of the
-    # time). Every spec now asks >= 200 (past the 100-150 plateau of docs/algorithms/dqn.md) on 3 of
-    # seeds 1-5: of the 114 runs of both machines (below and in each note; DQN seeds 1-10 per twin and
+    # time). Every spec but Rainbow's (below) now asks >= 200 (past the 100-150 plateau of
+    # docs/algorithms/dqn.md) on 3 of seeds 1-5: of the 114 runs of both machines (below and in each note; DQN seeds 1-10 per twin and
     # machine), 109 clear 200 (not: dqn_jax 128.9, AMD seed 5; dqn_torch 143.0 and dqn_jax 100.7, Intel
     # seeds 7 and 10; dueling_dqn_jax 126.4 and per_dqn_jax 193.3, Intel), so 3-of-5 fails about once in
     # a thousand runs.
@@ -343,11 +343,16 @@ REGISTRY = [
     LearningSpec("algos/qr_dqn_jax.py", {"env_id": "CartPole-v1", "total_timesteps": 100_000},
                  threshold=200.0, seeds=(1, 2, 3, 4, 5), min_passing=3,
                  note="issues 4, 18: seeds 1-3 gave 500.0 / 500.0 / 205.7 (AMD EPYC, 76-92 s each, two runs at a time on the 2-core machine) and 500.0 / 500.0 / 483.1 (Intel Xeon) at 100k"),
+    # Rainbow is the pair that meets issue 18's item 4 (every seed >= 450 within 100k): it asks >= 450 on
+    # every one of seeds 1-5. Margin, measured: all 26 runs of both twins on both CPU types ended at 500.0
+    # (AMD EPYC seeds 1-3; Intel Xeon seeds 1-10, `tests/evaluation.py --seeds 1-10`), the 20-episode mean
+    # first reached 450 by 52k steps at the latest (half the budget) and never fell below 440 after it
+    # (docs/algorithms/rainbow.md). Plain DQN does not: docs/algorithms/dqn.md.
     LearningSpec("algos/rainbow_torch.py", {"env_id": "CartPole-v1", "total_timesteps": 100_000},
-                 threshold=200.0, seeds=(1, 2, 3, 4, 5), min_passing=3,
+                 threshold=450.0, seeds=(1, 2, 3, 4, 5),
                  note="issues 4, 18: seeds 1-3 gave 500.0 / 500.0 / 500.0 (AMD EPYC, 122-190 s each, two runs at a time on the 2-core machine) and 500.0 / 500.0 / 500.0 (Intel Xeon) at 100k"),
     LearningSpec("algos/rainbow_jax.py", {"env_id": "CartPole-v1", "total_timesteps": 100_000},
-                 threshold=200.0, seeds=(1, 2, 3, 4, 5), min_passing=3,
+                 threshold=450.0, seeds=(1, 2, 3, 4, 5),
                  note="issues 4, 18: seeds 1-3 gave 500.0 / 500.0 / 500.0 (AMD EPYC, 103-121 s each, two runs at a time on the 2-core machine) and 500.0 / 500.0 / 500.0 (Intel Xeon) at 100k"),
     # --- issue 4: value-based family (add above this line) ---
     # Dyna-Q, the Dyna maze (S&B figure 8.2), n = 50 planning steps, 3000 real steps (docs/algorithms/dyna_q.md).
