@@ -350,10 +350,10 @@ REGISTRY = [
     # (docs/algorithms/rainbow.md). Plain DQN does not: docs/algorithms/dqn.md.
     LearningSpec("algos/rainbow_torch.py", {"env_id": "CartPole-v1", "total_timesteps": 100_000},
                  threshold=450.0, seeds=(1, 2, 3, 4, 5),
-                 note="issues 4, 18: seeds 1-3 gave 500.0 / 500.0 / 500.0 (AMD EPYC, 122-190 s each, two runs at a time on the 2-core machine) and 500.0 / 500.0 / 500.0 (Intel Xeon) at 100k"),
+                 note="issues 4, 18: seeds 1-3 gave 500.0 / 500.0 / 500.0 (AMD EPYC, 122-190 s each, two runs at a time on the 2-core machine) and 500.0 on every one of seeds 1-10 (Intel Xeon, 201-258 s each) at 100k"),
     LearningSpec("algos/rainbow_jax.py", {"env_id": "CartPole-v1", "total_timesteps": 100_000},
                  threshold=450.0, seeds=(1, 2, 3, 4, 5),
-                 note="issues 4, 18: seeds 1-3 gave 500.0 / 500.0 / 500.0 (AMD EPYC, 103-121 s each, two runs at a time on the 2-core machine) and 500.0 / 500.0 / 500.0 (Intel Xeon) at 100k"),
+                 note="issues 4, 18: seeds 1-3 gave 500.0 / 500.0 / 500.0 (AMD EPYC, 103-121 s each, two runs at a time on the 2-core machine) and 500.0 on every one of seeds 1-10 (Intel Xeon, 135-150 s each) at 100k"),
     # --- issue 4: value-based family (add above this line) ---
     # Dyna-Q, the Dyna maze (S&B figure 8.2), n = 50 planning steps, 3000 real steps (docs/algorithms/dyna_q.md).
     # Bound (at_most): the episode in which the greedy policy first leads from start to goal <= 5; measured
