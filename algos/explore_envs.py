@@ -30,11 +30,13 @@ observation entries show one of `tv_channels` screens (a one-hot pattern), drawn
 at random every time the TV action is taken (all zeros otherwise). The next screen is unpredictable
 from the state and action (aleatoric), yet there are only `tv_channels` of them: a forward-model
 curiosity keeps finding the TV surprising, a novelty bonus such as RND learns every screen and gets
-bored.
+bored. `tv_noise="uniform"` shows continuous noise instead, like a detuned TV: every entry a fresh
+U(0, 1) draw on each TV action, so no TV observation ever repeats (novelty that can only run out
+by generalising over the noise, not by memorising a few screens).
 
 Importing this module registers, for every size N in 1..64, `DeepSea{N}-v0`,
 `DeepSeaStochastic{N}-v0` and `NoisyTVDeepSea{N}-v0` (e.g. `gym.make("DeepSea10-v0")`; keyword
-arguments override `mapping_seed`, `tv_channels`). MountainCar-v0 is gymnasium's own.
+arguments override `mapping_seed`, `tv_channels`, `tv_noise`). MountainCar-v0 is gymnasium's own.
 """
 import re
 
@@ -62,26 +64,32 @@ class DeepSeaEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, size: int = 10, deterministic: bool = True, mapping_seed: int = 0,
-                 noisy_tv: bool = False, tv_channels: int = 8):
+                 noisy_tv: bool = False, tv_channels: int = 8, tv_noise: str = "screens"):
         if size < 1:
             raise ValueError(f"DeepSea size N = {size}: it must be at least 1")
         if noisy_tv and tv_channels < 1:
             raise ValueError(f"tv_channels = {tv_channels}: the noisy TV needs at least one screen")
+        if tv_noise not in ("screens", "uniform"):
+            raise ValueError(f"tv_noise = {tv_noise!r}: choose 'screens' (one-hot) or 'uniform' (continuous)")
         self.size = size
         self.deterministic = deterministic
         self.noisy_tv = noisy_tv
         self.tv_channels = tv_channels if noisy_tv else 0
+        self.tv_noise = tv_noise
         self.mapping = action_mapping(size, mapping_seed)
         self.observation_space = gym.spaces.Box(0.0, 1.0, (size * size + self.tv_channels,), np.float32)
         self.action_space = gym.spaces.Discrete(3 if noisy_tv else 2)
         self.row = self.col = 0
         self.tv_screen = -1  # -1: TV off
+        self.tv_pixels = np.zeros(self.tv_channels, np.float32)  # the screen of tv_noise="uniform"
 
     def _obs(self):
         obs = np.zeros(self.size * self.size + self.tv_channels, np.float32)
         if self.row < self.size:
             obs[self.row * self.size + self.col] = 1.0
-        if self.tv_screen >= 0:
+        if self.tv_screen >= 0 and self.tv_noise == "uniform":
+            obs[self.size * self.size:] = self.tv_pixels
+        elif self.tv_screen >= 0:
             obs[self.size * self.size + self.tv_screen] = 1.0
         return obs
 
@@ -101,6 +109,8 @@ class DeepSeaEnv(gym.Env):
         reward, denoised = 0.0, 0.0
         right = action < 2 and action == self.mapping[self.row, self.col]
         self.tv_screen = int(self.np_random.integers(self.tv_channels)) if action == 2 else -1
+        if action == 2 and self.tv_noise == "uniform":
+            self.tv_pixels = self.np_random.random(self.tv_channels).astype(np.float32)
         if self.col == n - 1 and right:  # the treasure: "right" in the bottom-right cell
             reward += 1.0
             denoised += 1.0

@@ -100,6 +100,28 @@ def test_noisy_tv_screens():
     assert screens == set(range(5))  # fresh uniform draws reach every screen
 
 
+def test_noisy_tv_uniform_noise():
+    env = gym.make("NoisyTVDeepSea4-v0", tv_noise="uniform")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (16 + 8,) and obs[16:].sum() == 0  # TV off at the start
+    pixels = []
+    for _ in range(3):
+        obs, reward, *_ = env.step(2)
+        assert reward == 0.0 and env.unwrapped.col == 0  # free, and moves like "left"
+        assert np.all((obs[16:] >= 0) & (obs[16:] < 1)) and obs[:16].sum() == 1  # U(0, 1) entries
+        pixels.append(obs[16:].copy())
+    assert not np.allclose(pixels[0], pixels[1]) and not np.allclose(pixels[1], pixels[2])  # fresh each time
+    obs, *_ = env.step(0)
+    assert obs[16:].sum() == 0  # any other action switches it off
+    all_pixels = []
+    for seed in range(200):
+        env.reset(seed=seed)
+        all_pixels.append(env.step(2)[0][16:])
+    assert np.mean(all_pixels) == pytest.approx(0.5, abs=0.02)  # 1,600 U(0, 1) draws: std of the mean 0.007
+    with pytest.raises(ValueError, match="tv_noise"):
+        explore_envs.DeepSeaEnv(size=4, noisy_tv=True, tv_noise="static")
+
+
 def test_episodes_to_solve():
     returns = [0.0] * 25 + [0.99] * 20
     # the 20-episode mean reaches 0.891 once 18 of the last 20 are successes: after episode 25 + 18
