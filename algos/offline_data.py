@@ -37,6 +37,10 @@ The datasets (D4RL's names, scaled to a CPU):
   random and expert.
 - `<env>-replay`: what a learner's replay buffer holds: episodes whose random-action probability
   falls linearly from 1 (random) to the medium level, so most data is poor and some is decent.
+- `pendulum-medium-expert`: D4RL's medium-expert mixture, medium and expert episodes alternating
+  (20k transitions of each): here an episode's return says which policy acted, so conditioning on
+  a high return can select the expert's actions (Decision Transformer's case), where in "replay"
+  every episode is mostly random.
 - `pointmaze-stitch`: see PointMazeStitchEnv. Three kinds of noisy legs, none of which goes from
   the start to the goal: start -> waypoint (1, 0) (return 0, ends by timeout at the waypoint),
   waypoint -> goal (return 1), start -> decoy (return 0.5). The best trajectory in the data from the
@@ -228,7 +232,8 @@ def reference_returns(env_id: str, episodes: int = REFERENCE_EPISODES):
 
 
 # (env id, random-action probability, Gaussian noise std, transitions at least) per dataset;
-# "replay" ramps the random-action probability from 1 down to the medium level.
+# "replay" ramps the random-action probability from 1 down to the medium level; a tuple of names
+# alternates episodes between those datasets' behaviours.
 SPECS = {
     "cartpole-random": ("CartPole-v1", 1.0, 0.0, 20_000),
     "cartpole-medium": ("CartPole-v1", 0.5, 0.0, 20_000),
@@ -238,6 +243,7 @@ SPECS = {
     "pendulum-medium": ("Pendulum-v1", 0.6, 0.3, 20_000),
     "pendulum-expert": ("Pendulum-v1", 0.0, 0.1, 20_000),
     "pendulum-replay": ("Pendulum-v1", "ramp", 0.3, 20_000),
+    "pendulum-medium-expert": ("Pendulum-v1", ("pendulum-medium", "pendulum-expert"), None, 40_000),
     "pointmaze-stitch": ("PointMazeStitch-v0", None, 0.3, None),
 }
 DATASETS = tuple(SPECS)
@@ -256,9 +262,12 @@ def _build_gym_dataset(name, seed):
             # a learner's replay buffer: the first episodes random, later ones close to "medium"
             progress = min(1.0, count / size)
             prob = 1.0 - progress * (1.0 - MEDIUM_RANDOM_PROB[env_id])
+            noise = noise_std
+        elif isinstance(random_prob, tuple):  # a mixture: episode k acts as dataset k mod len
+            _, prob, noise, _ = SPECS[random_prob[episode % len(random_prob)]]
         else:
-            prob = random_prob
-        act = _noisy_policy(env_id, env.action_space, rng, prob, noise_std)
+            prob, noise = random_prob, noise_std
+        act = _noisy_policy(env_id, env.action_space, rng, prob, noise)
         traj = _rollout(env, act, seed * 1_000_003 + episode)
         trajectories.append(traj)
         count += len(traj["rewards"])

@@ -58,6 +58,20 @@ def test_experts_and_reference_returns():
     assert scores["pendulum-expert"] > 95 and scores["cartpole-expert"] > 99
     assert 25 < scores["pendulum-medium"] < 75 and 20 < scores["cartpole-medium"] < 75
     assert scores["pendulum-replay"] < scores["pendulum-medium"]
+    # medium-expert: the two behaviours' episodes alternate, so its mean lies between them (the mean
+    # of the two, up to the episodes' different start states)
+    assert scores["pendulum-medium"] + 20 < scores["pendulum-medium-expert"] < scores["pendulum-expert"] - 20
+
+
+def test_medium_expert_alternates_the_two_behaviours():
+    mixed = offline_data.load_dataset("pendulum-medium-expert")
+    medium, expert = (offline_data.episode_returns(offline_data.load_dataset(f"pendulum-{k}")) for k in ("medium", "expert"))
+    returns = offline_data.episode_returns(mixed)
+    assert len(returns) == 200 and len(mixed["rewards"]) == 40_000  # 100 episodes of each, 200 steps each
+    # even episodes act as "medium" (60% random actions), odd ones as the expert: on average the odd
+    # ones score like the expert dataset and the even ones like the medium dataset
+    assert abs(returns[1::2].mean() - expert.mean()) < 30 and abs(returns[0::2].mean() - medium.mean()) < 60
+    assert returns[1::2].mean() > returns[0::2].mean() + 300
 
 
 def test_normalized_score_hand_numbers():
