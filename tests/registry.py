@@ -529,7 +529,7 @@ REGISTRY = [
     # (behaviour 25, BC 31); the bar only says "clearly above random". Seeds 1-5 (Intel Xeon,
     # 2026-12-05): torch 34.7 / 25.1 / 30.5 / 23.3 / 32.4, JAX 30.6 / 18.6 / 24.9 / 11.9 / 28.2 (at the
     # earlier 1,000 steps, AMD EPYC: torch 22.8 / 21.7 / 11.0 / 22.6 / 13.1, JAX 27.9 / 30.9 / 14.9 / 22.1 /
-    # 15.3). The lowest of the 20 runs is 11.0: 5 keeps a margin of 6 on every seed.
+    # 15.3). The lowest of these 20 runs (both budgets) is 11.0: 5 keeps a margin of 6 on every seed.
     LearningSpec("algos/decision_transformer_torch.py", {"dataset": "pendulum-replay"}, threshold=5.0,
                  seeds=(1, 2, 3, 4, 5), metric="normalized_score", x_label="gradient steps", smooth=10,
                  note="issue 14: seeds 1-5 normalised 34.7 / 25.1 / 30.5 / 23.3 / 32.4; behaviour 25, BC 31, random 0"),

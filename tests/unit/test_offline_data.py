@@ -65,7 +65,8 @@ def test_experts_and_reference_returns():
 
 def test_medium_expert_alternates_the_two_behaviours():
     mixed = offline_data.load_dataset("pendulum-medium-expert")
-    medium, expert = (offline_data.episode_returns(offline_data.load_dataset(f"pendulum-{k}")) for k in ("medium", "expert"))
+    medium, expert = (offline_data.episode_returns(offline_data.load_dataset(f"pendulum-{kind}"))
+                      for kind in ("medium", "expert"))
     returns = offline_data.episode_returns(mixed)
     assert len(returns) == 200 and len(mixed["rewards"]) == 40_000  # 100 episodes of each, 200 steps each
     # even episodes act as "medium" (60% random actions), odd ones as the expert: on average the odd
