@@ -80,23 +80,19 @@ class DeepSeaEnv(gym.Env):
         self.observation_space = gym.spaces.Box(0.0, 1.0, (size * size + self.tv_channels,), np.float32)
         self.action_space = gym.spaces.Discrete(3 if noisy_tv else 2)
         self.row = self.col = 0
-        self.tv_screen = -1  # -1: TV off
-        self.tv_pixels = np.zeros(self.tv_channels, np.float32)  # the screen of tv_noise="uniform"
+        self.tv_image = np.zeros(self.tv_channels, np.float32)  # what the TV shows; all zeros: off
 
     def _obs(self):
         obs = np.zeros(self.size * self.size + self.tv_channels, np.float32)
         if self.row < self.size:
             obs[self.row * self.size + self.col] = 1.0
-        if self.tv_screen >= 0 and self.tv_noise == "uniform":
-            obs[self.size * self.size:] = self.tv_pixels
-        elif self.tv_screen >= 0:
-            obs[self.size * self.size + self.tv_screen] = 1.0
+        obs[self.size * self.size:] = self.tv_image
         return obs
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.row = self.col = 0
-        self.tv_screen = -1
+        self.tv_image[:] = 0.0
         return self._obs(), {}
 
     def step(self, action):
@@ -108,9 +104,14 @@ class DeepSeaEnv(gym.Env):
         n = self.size
         reward, denoised = 0.0, 0.0
         right = action < 2 and action == self.mapping[self.row, self.col]
-        self.tv_screen = int(self.np_random.integers(self.tv_channels)) if action == 2 else -1
-        if action == 2 and self.tv_noise == "uniform":
-            self.tv_pixels = self.np_random.random(self.tv_channels).astype(np.float32)
+        self.tv_image[:] = 0.0  # any action but the TV's switches it off
+        if action == 2:
+            # the screen index is drawn in both modes: the uniform TV's measured runs used this stream
+            screen = int(self.np_random.integers(self.tv_channels))
+            if self.tv_noise == "uniform":
+                self.tv_image[:] = self.np_random.random(self.tv_channels)
+            else:
+                self.tv_image[screen] = 1.0
         if self.col == n - 1 and right:  # the treasure: "right" in the bottom-right cell
             reward += 1.0
             denoised += 1.0
