@@ -95,3 +95,22 @@ def gae_on_column(script, rewards, values, dones, last_value, gamma, lam):
     col = lambda x: to(np.asarray(x, dtype=np.float32)[:, None])
     adv, ret = m.compute_gae(col(rewards), col(values), col(dones), to([last_value]), gamma, lam)
     return np.asarray(adv)[:, 0], np.asarray(ret)[:, 0]
+
+
+def torch_to_flax_params(t_net):
+    """A torch network's Linear and LayerNorm layers, in module order, as the flax pytree of a
+    compact module that creates them in the same order: Dense_0, Dense_1, ... and LayerNorm_0, ...
+    (kernel = weight transposed; LayerNorm scale = weight)."""
+    import jax.numpy as jnp
+    import torch
+    params, dense, norm = {}, 0, 0
+    for layer in t_net.modules():
+        if isinstance(layer, torch.nn.Linear):
+            params[f"Dense_{dense}"] = {"kernel": jnp.asarray(layer.weight.detach().numpy().T),
+                                        "bias": jnp.asarray(layer.bias.detach().numpy())}
+            dense += 1
+        elif isinstance(layer, torch.nn.LayerNorm):
+            params[f"LayerNorm_{norm}"] = {"scale": jnp.asarray(layer.weight.detach().numpy()),
+                                           "bias": jnp.asarray(layer.bias.detach().numpy())}
+            norm += 1
+    return {"params": params}

@@ -116,6 +116,8 @@ def report(spec, results):
     print(f"  bar {spec.threshold:g}: {passing} of {len(values)} seeds reach it "
           f"(the learning suite asks {len(spec.seeds) if spec.min_passing is None else spec.min_passing} of "
           f"{len(spec.seeds)} seeds {spec.seeds})")
+    if spec.floor is not None:
+        print(f"  floor {spec.floor:g} (every seed): {sum(v >= spec.floor for v in values)} of {len(values)} seeds reach it")
 
 
 def main(argv=None):

@@ -13,9 +13,9 @@ from helpers import run_train
 from registry import REGISTRY
 
 
-def check(spec, results, needed, threshold):
-    """At least `needed` seeds reach `threshold` (and every at_most bound); print the per-seed
-    figures and the aggregates over seeds."""
+def check(spec, results, needed, threshold, floor=None):
+    """At least `needed` seeds reach `threshold` (and every at_most bound), and every seed reaches
+    `floor` when one is given; print the per-seed figures and the aggregates over seeds."""
     values = np.array([r[spec.metric] for r in results.values()])
     report = ", ".join(f"seed {s}: {r[spec.metric]:.2f} ({r['wall_time']:.0f} s)" for s, r in results.items())
     aggregates = "  ".join(f"{k} {format_ci(*v, digits=3)}" for k, v in summarize(values).items())
@@ -26,6 +26,9 @@ def check(spec, results, needed, threshold):
     bars = ([f"{spec.metric} >= {threshold}"] if threshold is not None else []) + \
         [f"{k} <= {b}" for k, b in spec.at_most.items()]
     assert len(passing) >= needed, f"{len(passing)} of {len(results)} seeds meet {' and '.join(bars)} (need {needed}): {report}"
+    if floor is not None:
+        under = [s for s, r in results.items() if r[spec.metric] < floor]
+        assert not under, f"seeds {under} are below the floor {spec.metric} >= {floor} that every seed must reach: {report}"
 
 
 @pytest.mark.parametrize("spec", [s for s in REGISTRY if s.quick_seeds], ids=lambda s: s.name)
@@ -41,4 +44,5 @@ def test_learning(spec, tmp_path):
     results = {seed: run_train(spec.script, tmp_path / str(seed), seed=seed, **spec.args) for seed in spec.seeds}
     write_curves(spec, results)
     write_run_tables(spec, results)
-    check(spec, results, len(spec.seeds) if spec.min_passing is None else spec.min_passing, spec.threshold)
+    check(spec, results, len(spec.seeds) if spec.min_passing is None else spec.min_passing, spec.threshold,
+          spec.floor)

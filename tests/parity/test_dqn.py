@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -57,14 +57,6 @@ def test_linear_schedule_parity(twins):
         assert pt.linear_schedule(1.0, 0.05, 1000, t) == pytest.approx(jx.linear_schedule(1.0, 0.05, 1000, t), abs=1e-12)
 
 
-def copy_weights(t_net):
-    """The torch QNetwork's Linear layers as the flax pytree of Dense_0, Dense_1, ..."""
-    layers = [l for l in t_net.modules() if isinstance(l, torch.nn.Linear)]
-    return {"params": {f"Dense_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy().T),
-                                      "bias": jnp.asarray(l.bias.detach().numpy())}
-                       for i, l in enumerate(layers)}}
-
-
 def test_networks_and_loss_agree_on_the_same_weights(twins, batch):
     """Same weights, same batch: the same Q-values, the same TD loss through the max target, and
     the same gradient of the loss with respect to every weight."""
@@ -72,7 +64,7 @@ def test_networks_and_loss_agree_on_the_same_weights(twins, batch):
     torch.manual_seed(0)
     t_net, t_target = pt.QNetwork(4, 3), pt.QNetwork(4, 3)
     j_net = jx.QNetwork(3)
-    params, target_params = copy_weights(t_net), copy_weights(t_target)
+    params, target_params = torch_to_flax_params(t_net), torch_to_flax_params(t_target)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(128, 4)).astype(np.float32)
     next_obs = rng.normal(size=(128, 4)).astype(np.float32)
@@ -97,4 +89,10 @@ def test_networks_and_loss_agree_on_the_same_weights(twins, batch):
     for i, l in enumerate(layers):
         g = grads["params"][f"Dense_{i}"]
         np.testing.assert_allclose(l.weight.grad.numpy().T, np.asarray(g["kernel"]), atol=TOL, rtol=TOL)
+        np.testing.assert_allclose(l.bias.grad.numpy(), np.asarray(g["bias"]), atol=TOL, rtol=TOL)
+    norms = [l for l in t_net.modules() if isinstance(l, torch.nn.LayerNorm)]
+    assert len(norms) == 2  # the default network: a LayerNorm before each hidden ReLU
+    for i, l in enumerate(norms):
+        g = grads["params"][f"LayerNorm_{i}"]
+        np.testing.assert_allclose(l.weight.grad.numpy(), np.asarray(g["scale"]), atol=TOL, rtol=TOL)
         np.testing.assert_allclose(l.bias.grad.numpy(), np.asarray(g["bias"]), atol=TOL, rtol=TOL)

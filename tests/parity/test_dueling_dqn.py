@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -35,9 +35,7 @@ def test_networks_agree_on_the_same_weights(twins):
     pt, jx = twins
     torch.manual_seed(0)
     t_net, j_net = pt.QNetwork(4, 3), jx.QNetwork(3)
-    layers = [l for l in t_net.modules() if isinstance(l, torch.nn.Linear)]  # trunk 0, 1, value, advantage
-    params = {"params": {f"Dense_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy().T),
-                                        "bias": jnp.asarray(l.bias.detach().numpy())} for i, l in enumerate(layers)}}
+    params = torch_to_flax_params(t_net)  # trunk Dense/LayerNorm, then the heads
     obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
     np.testing.assert_allclose(t_net(torch.as_tensor(obs)).detach().numpy(), np.asarray(j_net.apply(params, obs)),
                                atol=TOL, rtol=TOL)

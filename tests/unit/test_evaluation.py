@@ -129,6 +129,27 @@ def test_a_spec_must_assert_something():
         LearningSpec("algos/x.py", threshold=None)
 
 
+def test_a_floor_must_lie_below_the_threshold_and_is_asserted_on_every_seed():
+    import importlib.util
+    from pathlib import Path
+    from registry import LearningSpec
+    with pytest.raises(ValueError, match="floor"):
+        LearningSpec("algos/x.py", threshold=450.0, floor=450.0)
+    path = Path(__file__).resolve().parents[1] / "learning" / "test_learning.py"
+    module_spec = importlib.util.spec_from_file_location("learning_check", path)
+    learning = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(learning)
+    spec = LearningSpec("algos/x.py", {"env_id": "E"}, threshold=450.0, min_passing=4, floor=200.0)
+    results = {s: {"final_mean_return": v, "wall_time": 1.0} for s, v in zip(range(1, 6), [500, 500, 480, 460, 300])}
+    learning.check(spec, results, 4, 450.0, 200.0)  # 4 of 5 over 450, none under 200: passes
+    results[5]["final_mean_return"] = 150.0
+    with pytest.raises(AssertionError, match="floor"):
+        learning.check(spec, results, 4, 450.0, 200.0)
+    results[5]["final_mean_return"], results[4]["final_mean_return"] = 300.0, 440.0
+    with pytest.raises(AssertionError, match="3 of 5"):
+        learning.check(spec, results, 4, 450.0, 200.0)
+
+
 def test_no_quick_check_rests_on_one_seed():
     """Issue 18's rule: a seed on another CPU is another draw, so no learning assertion of the default
     suite may rest on one seed (docs/reproducibility.md)."""
