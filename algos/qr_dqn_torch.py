@@ -5,15 +5,16 @@ Papers: Dabney, Rowland, Bellemare and Munos 2017, "Distributional Reinforcement
 Twin:   algos/qr_dqn_jax.py (`diff algos/qr_dqn_torch.py algos/qr_dqn_jax.py` shows only the framework).
 Docs:   docs/algorithms/qr_dqn.md
 
-Verified (tests/): quantile_taus and quantile_huber_loss against hand-computed numbers, the loss's
-minimiser (fitted quantiles of a fixed discrete distribution converge to its true quantiles), parity
-with the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves for two runs
-with the same seed, count_gradient_steps against a brute-force count of the loop (the annealed
-learning rate's length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at
-100k steps on at least 3 of seeds 1-5 and >= 200 on all five (pytest -m learning; seeds 1-10 in
-docs/algorithms/qr_dqn.md). The defaults' 3-step target and LayerNorm (issue 18): n_step_transition
-by hand and through the training loop's own windows (tests/unit/test_value_based_n_step.py), the
-target with per-sample discounts, and the Q-network's parity with and without LayerNorm.
+Verified (tests/): quantile_taus, quantile_target and quantile_huber_loss against hand-computed
+numbers, the loss's minimiser (fitted quantiles of a fixed discrete distribution converge to its
+true quantiles), parity with the JAX twin within 1e-5 (values and gradients), a smoke run,
+bit-identical curves for two runs with the same seed, count_gradient_steps against a brute-force
+count of the loop (the annealed learning rate's length), and learning, both twins: a 20-episode mean
+return >= 450 on CartPole-v1 at 100k steps on at least 3 of seeds 1-5 and >= 200 on all five (pytest
+-m learning; seeds 1-10 in docs/algorithms/qr_dqn.md). The defaults' 3-step target and LayerNorm
+(issue 18): n_step_transition by hand and through the training loop's own windows
+(tests/unit/test_value_based_n_step.py), the target with per-sample discounts, and the Q-network's
+parity with and without LayerNorm.
 Reproduce: python algos/qr_dqn_torch.py --seed 1
 """
 import copy
@@ -117,6 +118,14 @@ def n_step_transition(window, gamma):
         ret += gamma ** t * float(reward)
     _, _, _, next_obs, terminated = window[-1]
     return window[0][0], window[0][1], ret, next_obs, float(terminated), gamma ** len(window)
+
+
+def quantile_target(next_quantiles, rewards, dones, gamma):
+    """The target quantiles r + gamma * (1 - done) * theta_j(s', a*), one per fixed fraction, each a
+    sample of the target return distribution. next_quantiles: (B, N) at the greedy next action a*;
+    gamma: the discount, or a (B,) array of per-sample discounts gamma^k (n-step transitions). dones =
+    terminated only: at a termination every target quantile is r itself."""
+    return rewards[:, None] + (gamma * (1.0 - dones))[:, None] * next_quantiles
 
 
 def quantile_huber_loss(pred, target, taus, kappa):
@@ -339,8 +348,7 @@ def train(args: Args) -> dict:
                 with torch.no_grad():
                     next_quantiles = target_network(b_next_obs)  # (B, A, N)
                     next_actions = next_quantiles.mean(dim=-1).argmax(dim=-1)
-                    targets = (b_rewards[:, None] + (b_discounts * (1.0 - b_dones))[:, None]
-                               * next_quantiles[rows, next_actions])
+                    targets = quantile_target(next_quantiles[rows, next_actions], b_rewards, b_dones, b_discounts)
                 quantiles = q_network(b_obs)[rows, b_actions]
                 loss = quantile_huber_loss(quantiles, targets, taus, args.kappa)
                 q_taken = quantiles.mean(dim=-1)

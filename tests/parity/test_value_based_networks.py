@@ -58,7 +58,7 @@ def test_layer_norm_normalises_the_hidden_layers():
         np.testing.assert_allclose(out.var(-1, unbiased=False).numpy(), 1.0, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["dqn", "dueling_dqn", "per_dqn", "double_dqn", "c51"])
+@pytest.mark.parametrize("name", ["dqn", "dueling_dqn", "per_dqn", "double_dqn", "c51", "qr_dqn"])
 def test_targets_with_per_sample_discounts_agree(name):
     pt, jx = twins(name)
     rng = np.random.default_rng(1)
@@ -73,6 +73,10 @@ def test_targets_with_per_sample_discounts_agree(name):
         args = (probs, rewards, dones, discounts, atoms)
         out_t = pt.categorical_projection(*map(torch.as_tensor, args))
         out_j = jx.categorical_projection(*args)
+    elif name == "qr_dqn":
+        args = (f32(rng.normal(size=(B, 7)) * 5), rewards, dones, discounts)
+        out_t = pt.quantile_target(*map(torch.as_tensor, args))
+        out_j = jx.quantile_target(*args)
     elif name == "double_dqn":
         q_online, q_target = f32(rng.normal(size=(B, 3))), f32(rng.normal(size=(B, 3)))
         args = (q_online, q_target, rewards, dones, discounts)

@@ -72,6 +72,17 @@ def test_projection_with_per_sample_discounts_by_hand(script):
     np.testing.assert_allclose(out, [[0, 0, 0.19, 0.81, 0], [0, 0, 0, 0.9, 0.1]], atol=1e-6)
 
 
+@pytest.mark.parametrize("script", ["algos/qr_dqn_torch.py", "algos/qr_dqn_jax.py"])
+def test_quantile_target_with_per_sample_discounts_by_hand(script):
+    m, c = load_script(script), conv(script)
+    next_quantiles = c([[-1.0, 2.0], [-1.0, 2.0], [-1.0, 2.0]])
+    y = np.asarray(m.quantile_target(next_quantiles, c([1.0, 0.5, 3.0]), c([0.0, 0.0, 1.0]), c([0.9, 0.729, 0.81])))
+    # r + gamma^k * theta_j; a termination leaves r alone in every quantile
+    np.testing.assert_allclose(y, [[0.1, 2.8], [-0.229, 1.958], [3.0, 3.0]], atol=1e-6)
+    y = np.asarray(m.quantile_target(next_quantiles, c([1.0, 0.5, 3.0]), c([0.0, 0.0, 1.0]), 0.9))  # a float gamma
+    np.testing.assert_allclose(y, [[0.1, 2.8], [-0.4, 2.3], [3.0, 3.0]], atol=1e-6)
+
+
 def record_windows(script, n_step, tmp_path, monkeypatch, num_envs=2, total_timesteps=400):
     """Run the script's own train() with n_step_transition wrapped; returns (windows, outputs)."""
     m = load_script(script)
