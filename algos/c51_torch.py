@@ -48,13 +48,13 @@ class Args:
     """Adam learning rate"""
     buffer_size: int = 100_000
     """replay buffer capacity (transitions); the oldest are overwritten first"""
-    gamma: float = 0.99
-    """discount factor"""
+    gamma: float = 0.995
+    """discount factor (0.995: a horizon of about 200 steps, in which a drift to the edge shows; docs/algorithms/dqn.md)"""
     n_atoms: int = 51
     """atoms of the categorical return distribution"""
-    v_min: float = -100.0
+    v_min: float = -200.0
     """smallest atom (return values below it are clipped onto it)"""
-    v_max: float = 100.0
+    v_max: float = 200.0
     """largest atom (return values above it are clipped onto it)"""
     tau: float = 1.0
     """target network update rate: 1.0 is a hard copy, < 1 Polyak averaging"""

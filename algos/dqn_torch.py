@@ -48,8 +48,8 @@ class Args:
     """Adam learning rate"""
     buffer_size: int = 100_000
     """replay buffer capacity (transitions); the oldest are overwritten first"""
-    gamma: float = 0.99
-    """discount factor"""
+    gamma: float = 0.995
+    """discount factor (0.995: a horizon of about 200 steps, in which a drift to the edge shows; docs/algorithms/dqn.md)"""
     tau: float = 1.0
     """target network update rate: 1.0 is a hard copy, < 1 Polyak averaging"""
     target_network_frequency: int = 500

@@ -52,8 +52,8 @@ class Args:
     """Adam learning rate (half of DQN's; Schaul et al. cut it 4x: prioritised batches are the large-error ones)"""
     buffer_size: int = 100_000
     """replay buffer capacity (transitions); the oldest are overwritten first"""
-    gamma: float = 0.99
-    """discount factor"""
+    gamma: float = 0.995
+    """discount factor (0.995: a horizon of about 200 steps, in which a drift to the edge shows; docs/algorithms/dqn.md)"""
     alpha: float = 0.6
     """prioritisation exponent: P(i) is proportional to p_i^alpha (0: uniform replay)"""
     beta_start: float = 0.4

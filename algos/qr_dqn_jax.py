@@ -53,8 +53,8 @@ class Args:
     """Adam learning rate"""
     buffer_size: int = 100_000
     """replay buffer capacity (transitions); the oldest are overwritten first"""
-    gamma: float = 0.99
-    """discount factor"""
+    gamma: float = 0.995
+    """discount factor (0.995: a horizon of about 200 steps, in which a drift to the edge shows; docs/algorithms/dqn.md)"""
     n_quantiles: int = 50
     """quantiles of the return distribution, at fractions tau_i = (2i - 1) / 2N"""
     kappa: float = 1.0

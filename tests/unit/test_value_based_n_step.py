@@ -25,6 +25,10 @@ if SHORT_CARTPOLE not in gym.registry:
 def test_n_step_defaults(script):
     args = load_script(script).Args()
     assert args.n_step == 3 and args.layer_norm is True
+    assert args.gamma == 0.995  # a horizon of ~200 steps (docs/algorithms/dqn.md, the sixth round)
+    if "c51" in script:
+        # the support must hold CartPole's values: +1 a step, at most 1 / (1 - gamma) = 200
+        assert args.v_min < 0.0 and args.v_max >= 1.0 / (1.0 - args.gamma) - 1e-9
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -84,7 +88,8 @@ def test_quantile_target_with_per_sample_discounts_by_hand(script):
 
 
 def record_windows(script, n_step, tmp_path, monkeypatch, num_envs=2, total_timesteps=400):
-    """Run the script's own train() with n_step_transition wrapped; returns (windows, outputs)."""
+    """Run the script's own train() with n_step_transition wrapped; returns the (window, output) pairs
+    it saw and the discount gamma of the run (the script's default)."""
     m = load_script(script)
     seen, real = [], m.n_step_transition
 
@@ -96,13 +101,13 @@ def record_windows(script, n_step, tmp_path, monkeypatch, num_envs=2, total_time
     m.train(m.Args(env_id=SHORT_CARTPOLE, num_envs=num_envs, total_timesteps=total_timesteps, learning_starts=200,
                    batch_size=32, target_network_frequency=50, n_step=n_step, log_dir=str(tmp_path),
                    progress=False))
-    return seen
+    return seen, m.Args().gamma
 
 
 @pytest.mark.parametrize("n_step", [1, 3])
 @pytest.mark.parametrize("script", value_based_scripts())
 def test_the_training_loop_stores_n_step_windows(script, n_step, tmp_path, monkeypatch):
-    seen = record_windows(script, n_step, tmp_path, monkeypatch)
+    seen, gamma = record_windows(script, n_step, tmp_path, monkeypatch)
     total_steps = 400
     # every env step starts one transition; at most n - 1 steps per env are still waiting at the end
     assert total_steps - 2 * (n_step - 1) <= len(seen) <= total_steps
@@ -113,7 +118,7 @@ def test_the_training_loop_stores_n_step_windows(script, n_step, tmp_path, monke
         for (_, _, _, step_next, step_term), (step_obs, _, _, _, _) in zip(window, window[1:]):
             np.testing.assert_array_equal(step_next, step_obs)  # consecutive steps of one episode ...
             assert not step_term                                # ... never past a termination
-        assert discount == pytest.approx(0.99 ** k)
+        assert discount == pytest.approx(gamma ** k)
         assert done == float(window[-1][4])
         if n_step == 1:
             assert k == 1 and ret == window[0][2]
