@@ -25,9 +25,9 @@ if SHORT_CARTPOLE not in gym.registry:
 def test_n_step_defaults(script):
     args = load_script(script).Args()
     assert args.n_step == 3 and args.layer_norm is True
-    assert args.gamma == 0.995  # a horizon of ~200 steps (docs/algorithms/dqn.md, the sixth round)
+    assert args.gamma == 0.998  # a horizon of ~500 steps, the episode's length (docs/algorithms/dqn.md, the seventh round)
     if "c51" in script:
-        # the support must hold CartPole's values: +1 a step, at most 1 / (1 - gamma) = 200
+        # the support must hold CartPole's values: +1 a step, at most 1 / (1 - gamma) = 500
         assert args.v_min < 0.0 and args.v_max >= 1.0 / (1.0 - args.gamma) - 1e-9
 
 
