@@ -296,13 +296,13 @@ REGISTRY = [
     # qr_dqn      torch 500 on every seed (10); jax 500 on every seed (10)
     # All 120 runs ended >= 450 (at gamma 0.995: 118, at 0.99: 113), 109 at exactly 500, the lowest 453.1;
     # every run reached a 20-episode mean of 450 by 43k steps. Seeds 11-20 of every spec (python
-    # tests/evaluation.py <script> --seeds 11-20 --workers 2; double_dqn torch measured with --set
-    # gamma=0.998 before the change): DQN torch 10 of 10; DQN JAX 10 of 10 (497.1 the lowest); Double DQN
-    # torch 10 of 10; Double DQN JAX 10 of 10 (456.9 the lowest); Dueling DQN torch 9 of 10 (344.2 the
-    # lowest); Dueling DQN JAX 10 of 10 (457.2 the lowest); PER torch 10 of 10; PER JAX 10 of 10 (495.9 the
-    # lowest); C51 torch 9 of 10 (406.7 the lowest); C51 JAX 10 of 10; QR-DQN torch 10 of 10; QR-DQN JAX 10
-    # of 10. Dueling DQN torch seed 16 held 500 from 30k to 90k steps
-    # and collapsed in the last 10k, C51 torch seed 12 held it from 30k to 80k and collapsed after.
+    # tests/evaluation.py <script> --seeds 11-20 --workers 2; double_dqn torch measured with --set gamma=0.998
+    # before the change): DQN torch 10 of 10; DQN JAX 10 of 10 (497.1 the lowest); Double DQN torch 10 of 10;
+    # Double DQN JAX 10 of 10 (456.9 the lowest); Dueling DQN torch 9 of 10 (344.2 the lowest); Dueling DQN
+    # JAX 10 of 10 (457.2 the lowest); PER torch 10 of 10; PER JAX 10 of 10 (495.9 the lowest); C51 torch 9 of
+    # 10 (406.7 the lowest); C51 JAX 10 of 10; QR-DQN torch 10 of 10; QR-DQN JAX 10 of 10. Dueling DQN torch
+    # seed 16 held 500 from 30k to 90k steps and collapsed in the last 10k, C51 torch seed 12 held it from 30k
+    # to 80k and collapsed after.
     # Margin, over the 240 runs at these defaults: 2 ended below 450 (p = 0.0083), the lowest 344.2. The bar is
     # >= 450 on at least 4 of seeds 1-5 (fails with probability about 10 p^2 = 0.069% per spec, 0.83% for a
     # full run of the twelve) and, as a floor, >= 200 on every one of them (144 below the lowest run here,

@@ -98,10 +98,11 @@ def record_windows(script, n_step, tmp_path, monkeypatch, num_envs=2, total_time
         seen.append(([(np.array(o), int(a), float(r), np.array(n), bool(t)) for o, a, r, n, t in window], out))
         return out
     monkeypatch.setattr(m, "n_step_transition", recording)
-    m.train(m.Args(env_id=SHORT_CARTPOLE, num_envs=num_envs, total_timesteps=total_timesteps, learning_starts=200,
-                   batch_size=32, target_network_frequency=50, n_step=n_step, log_dir=str(tmp_path),
-                   progress=False))
-    return seen, m.Args().gamma
+    args = m.Args(env_id=SHORT_CARTPOLE, num_envs=num_envs, total_timesteps=total_timesteps, learning_starts=200,
+                  batch_size=32, target_network_frequency=50, n_step=n_step, log_dir=str(tmp_path),
+                  progress=False)
+    m.train(args)
+    return seen, args.gamma
 
 
 @pytest.mark.parametrize("n_step", [1, 3])
