@@ -97,6 +97,12 @@ def gae_on_column(script, rewards, values, dones, last_value, gamma, lam):
     return np.asarray(adv)[:, 0], np.asarray(ret)[:, 0]
 
 
+def torch_dense(layer):
+    """One torch Linear layer as a flax Dense's params (kernel = weight transposed)."""
+    import jax.numpy as jnp
+    return {"kernel": jnp.asarray(layer.weight.detach().numpy().T), "bias": jnp.asarray(layer.bias.detach().numpy())}
+
+
 def torch_to_flax_params(t_net):
     """A torch network's Linear and LayerNorm layers, in module order, as the flax pytree of a
     compact module that creates them in the same order: Dense_0, Dense_1, ... and LayerNorm_0, ...
@@ -106,8 +112,7 @@ def torch_to_flax_params(t_net):
     params, dense, norm = {}, 0, 0
     for layer in t_net.modules():
         if isinstance(layer, torch.nn.Linear):
-            params[f"Dense_{dense}"] = {"kernel": jnp.asarray(layer.weight.detach().numpy().T),
-                                        "bias": jnp.asarray(layer.bias.detach().numpy())}
+            params[f"Dense_{dense}"] = torch_dense(layer)
             dense += 1
         elif isinstance(layer, torch.nn.LayerNorm):
             params[f"LayerNorm_{norm}"] = {"scale": jnp.asarray(layer.weight.detach().numpy()),

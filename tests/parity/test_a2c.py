@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -57,12 +57,7 @@ def test_networks_agree_on_the_same_weights(twins):
     torch.manual_seed(0)
     t_agent, j_agent = pt.Agent(4, 2), jx.Agent(4, 2)
 
-    def copy(seq):
-        layers = [m for m in seq if isinstance(m, torch.nn.Linear)]
-        return {"params": {f"Dense_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy().T),
-                                          "bias": jnp.asarray(l.bias.detach().numpy())}
-                           for i, l in enumerate(layers)}}
-    params = {"actor": copy(t_agent.actor), "critic": copy(t_agent.critic)}
+    params = {"actor": torch_to_flax_params(t_agent.actor), "critic": torch_to_flax_params(t_agent.critic)}
     obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
     actions = np.random.default_rng(1).integers(0, 2, size=16)
     out_t = t_agent.evaluate_actions(torch.as_tensor(obs), torch.as_tensor(actions))

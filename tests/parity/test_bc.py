@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -67,9 +67,7 @@ def test_policy_network_agrees_on_the_same_weights(twins, out_dim):
     torch.manual_seed(0)
     obs_dim, hidden, B = 3, 32, 64
     t_policy = pt.Policy(obs_dim, out_dim, hidden)
-    dense = lambda l: {"kernel": jnp.asarray(l.weight.detach().numpy().T), "bias": jnp.asarray(l.bias.detach().numpy())}
-    layers = [l for l in t_policy.modules() if isinstance(l, torch.nn.Linear)]
-    params = {"params": {f"Dense_{i}": dense(l) for i, l in enumerate(layers)}}
+    params = torch_to_flax_params(t_policy)
     obs = np.random.default_rng(0).normal(size=(B, obs_dim)).astype(np.float32)
     with torch.no_grad():
         out_t = t_policy(torch.as_tensor(obs)).numpy()

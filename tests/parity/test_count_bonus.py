@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -133,12 +133,7 @@ def test_networks_agree_on_the_same_weights(twins):
     t_agent = pt.Agent(9, 2)
     j_agent = jx.Agent(9, 2)
 
-    def copy(seq):
-        layers = [m for m in seq if isinstance(m, torch.nn.Linear)]
-        return {"params": {f"Dense_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy().T),
-                                          "bias": jnp.asarray(l.bias.detach().numpy())}
-                           for i, l in enumerate(layers)}}
-    params = {"actor": copy(t_agent.actor), "critic": copy(t_agent.critic)}
+    params = {"actor": torch_to_flax_params(t_agent.actor), "critic": torch_to_flax_params(t_agent.critic)}
     obs = np.eye(9, dtype=np.float32)[np.random.default_rng(0).integers(0, 9, size=16)]  # one-hot cells
     actions = np.random.default_rng(1).integers(0, 2, size=16)
     logp_t, ent_t, v_t = t_agent.evaluate_actions(torch.as_tensor(obs), torch.as_tensor(actions))

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -98,13 +98,7 @@ def test_penalty_targets_and_losses_parity(twins, batch):
         assert abs(log_cql_alpha.grad.item() - float(g)) < TOL * max(1.0, abs(float(g)))
 
 
-def _dense(layer):
-    return {"kernel": jnp.asarray(layer.weight.detach().numpy().T), "bias": jnp.asarray(layer.bias.detach().numpy())}
-
-
-def _tree(module):
-    layers = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
-    return {"params": {f"Dense_{i}": _dense(layer) for i, layer in enumerate(layers)}}
+_tree = torch_to_flax_params  # kernels transposed, Dense_0, Dense_1, ... in module order
 
 
 def test_networks_agree_on_the_same_weights(twins):

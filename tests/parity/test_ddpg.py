@@ -2,11 +2,10 @@
 critic and actor losses and their gradients agree within 1e-5; the networks are the same function
 on the same weights, and so is the target they give."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -45,9 +44,7 @@ def test_networks_and_target_agree_on_the_same_weights(twins):
     scale, bias = np.array([2.0, 0.5], np.float32), np.array([0.0, 0.25], np.float32)
     t_actor, t_q = pt.Actor(obs_dim, action_dim, hidden, scale, bias), pt.QNetwork(obs_dim, action_dim, hidden)
     agent = jx.Agent(obs_dim, action_dim, hidden, scale, bias)
-    dense = lambda l: {"kernel": jnp.asarray(l.weight.detach().numpy().T), "bias": jnp.asarray(l.bias.detach().numpy())}
-    tree = lambda mod: {"params": {f"Dense_{i}": dense(l) for i, l in
-                                   enumerate(l for l in mod.modules() if isinstance(l, torch.nn.Linear))}}
+    tree = torch_to_flax_params
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(B, obs_dim)).astype(np.float32)
     rewards, term = rng.normal(size=B).astype(np.float32), (rng.random(B) < 0.2).astype(np.float32)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_dense
 
 TOL = 1e-5
 
@@ -178,7 +178,7 @@ def test_imagine_parity_with_gradients(twins):
 
 def torch_to_flax(t_model):
     """The torch world model's weights as the JAX twin's parameter pytree (kernels transposed)."""
-    dense = lambda l: {"kernel": jnp.asarray(l.weight.detach().numpy().T), "bias": jnp.asarray(l.bias.detach().numpy())}
+    dense = torch_dense
     mlp = lambda seq: {f"Dense_{i}": dense(seq[2 * i]) for i in range(3)}
     return {"params": {"encoder_1": dense(t_model.encoder[0]), "encoder_2": dense(t_model.encoder[2]),
                        "img_in": dense(t_model.img_in), "gru": dense(t_model.gru),

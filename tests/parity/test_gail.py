@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -124,9 +124,7 @@ def test_gail_reward_and_gradient_parity(twins, batch):
 
 def copy_mlp(seq):
     """A torch MLP's Linear layers as a flax MLP's params subtree (kernel = weight transposed)."""
-    layers = [m for m in seq if isinstance(m, torch.nn.Linear)]
-    return {f"Dense_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy().T),
-                           "bias": jnp.asarray(l.bias.detach().numpy())} for i, l in enumerate(layers)}
+    return torch_to_flax_params(seq)["params"]
 
 
 def test_agent_networks_agree_on_the_same_weights(twins):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -106,16 +106,12 @@ def test_weights_log_prob_and_actor_loss_parity(twins, batch, beta, max_weight):
           jx.gaussian_log_prob(batch["mean"], batch["log_std"], batch["actions"]))
 
 
-def dense(layer):
-    return {"kernel": jnp.asarray(layer.weight.detach().numpy().T), "bias": jnp.asarray(layer.bias.detach().numpy())}
-
-
 def linears(module):
     return [layer for layer in module.modules() if isinstance(layer, torch.nn.Linear)]
 
 
 def copy_actor(t_actor):
-    params = {f"Dense_{i}": dense(layer) for i, layer in enumerate(linears(t_actor))}
+    params = torch_to_flax_params(t_actor)["params"]
     params["log_std"] = jnp.asarray(t_actor.log_std.detach().numpy())
     return {"params": params}
 
@@ -132,8 +128,8 @@ def test_networks_agree_on_the_same_weights(twins):
     t_q = [pt.QNetwork(obs_dim, action_dim, hidden) for _ in range(2)]
     agent = jx.Agent(obs_dim, action_dim, hidden, scale, bias)
     actor_params = copy_actor(t_actor)
-    vf_params = {"params": {f"Dense_{i}": dense(layer) for i, layer in enumerate(linears(t_v))}}
-    q_trees = [{"params": {f"Dense_{i}": dense(layer) for i, layer in enumerate(linears(q))}} for q in t_q]
+    vf_params = torch_to_flax_params(t_v)
+    q_trees = [torch_to_flax_params(q) for q in t_q]
     qf_params = jax.tree.map(lambda a, b: jnp.stack([a, b]), *q_trees)
     # the JAX twin's own init makes the same tree (names and shapes)
     init = agent.init(jax.random.PRNGKey(0))

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -92,14 +92,9 @@ def test_networks_agree_on_the_same_weights(twins):
     torch.manual_seed(0)
     t_agent = pt.Agent(4, 2)
     j_agent = jx.Agent(4, 2)
-    params = j_agent.init(jax.random.PRNGKey(0))
-
-    def copy(seq, tree):
-        layers = [m for m in seq if isinstance(m, torch.nn.Linear)]
-        return {"params": {f"Dense_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy().T),
-                                          "bias": jnp.asarray(l.bias.detach().numpy())}
-                           for i, l in enumerate(layers)}}
-    params = {"actor": copy(t_agent.actor, params["actor"]), "critic": copy(t_agent.critic, params["critic"])}
+    initialised = j_agent.init(jax.random.PRNGKey(0))
+    params = {"actor": torch_to_flax_params(t_agent.actor), "critic": torch_to_flax_params(t_agent.critic)}
+    assert jax.tree.structure(params) == jax.tree.structure(initialised)  # every JAX weight has a torch source
     obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
     actions = np.random.default_rng(1).integers(0, 2, size=16)
     logp_t, ent_t, v_t = t_agent.evaluate_actions(torch.as_tensor(obs), torch.as_tensor(actions))

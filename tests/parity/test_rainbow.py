@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_dense
 
 TOL = 1e-5
 
@@ -70,8 +70,7 @@ def test_networks_agree_on_the_same_weights_with_noise_off(twins):
     t_net.eval()
     j_net = jx.QNetwork(3, 11, -10.0, 10.0, 0.5)
     lin = [l for l in t_net.trunk if isinstance(l, torch.nn.Linear)]
-    p = {f"Dense_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy().T), "bias": jnp.asarray(l.bias.detach().numpy())}
-         for i, l in enumerate(lin)}
+    p = {f"Dense_{i}": torch_dense(l) for i, l in enumerate(lin)}
     for i, layer in enumerate((t_net.value, t_net.advantage)):
         p[f"NoisyLinear_{i}"] = {k: jnp.asarray(getattr(layer, k).detach().numpy()) for k in ("mu_w", "sigma_w", "mu_b", "sigma_b")}
     params = {"params": p}

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_dense
 
 TOL = 1e-5
 
@@ -145,9 +145,7 @@ def test_value_loss_and_gradient_parity(twins, batch):
 
 def dense_params(layers):
     """torch Linear layers -> a flax {"params": {"Dense_i": ...}} pytree."""
-    return {"params": {f"Dense_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy().T),
-                                      "bias": jnp.asarray(l.bias.detach().numpy())}
-                       for i, l in enumerate(layers)}}
+    return {"params": {f"Dense_{i}": torch_dense(l) for i, l in enumerate(layers)}}
 
 
 def test_networks_agree_on_the_same_weights(twins):

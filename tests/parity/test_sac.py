@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_dense
 
 TOL = 1e-5
 
@@ -106,7 +106,7 @@ def test_networks_and_critic_targets_agree_on_the_same_weights(twins):
     t_q = [pt.QNetwork(obs_dim, action_dim, hidden) for _ in range(2)]
     agent = jx.Agent(obs_dim, action_dim, hidden, scale, bias)
 
-    dense = lambda l: {"kernel": jnp.asarray(l.weight.detach().numpy().T), "bias": jnp.asarray(l.bias.detach().numpy())}
+    dense = torch_dense
     lin = lambda mod: [l for l in mod.modules() if isinstance(l, torch.nn.Linear)]
     actor_layers = lin(t_actor.trunk) + [t_actor.mean, t_actor.log_std]
     actor_params = {"params": {f"Dense_{i}": dense(l) for i, l in enumerate(actor_layers)}}

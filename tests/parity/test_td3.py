@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -62,10 +62,8 @@ def test_networks_agree_on_the_same_weights(twins):
     t_actor = pt.Actor(obs_dim, action_dim, hidden, scale, bias)
     t_q = [pt.QNetwork(obs_dim, action_dim, hidden) for _ in range(2)]
     agent = jx.Agent(obs_dim, action_dim, hidden, scale, bias)
-    dense = lambda l: {"kernel": jnp.asarray(l.weight.detach().numpy().T), "bias": jnp.asarray(l.bias.detach().numpy())}
-    lin = lambda mod: [l for l in mod.modules() if isinstance(l, torch.nn.Linear)]
-    actor_params = {"params": {f"Dense_{i}": dense(l) for i, l in enumerate(lin(t_actor))}}
-    q_trees = [{"params": {f"Dense_{i}": dense(l) for i, l in enumerate(lin(q))}} for q in t_q]
+    actor_params = torch_to_flax_params(t_actor)
+    q_trees = [torch_to_flax_params(q) for q in t_q]
     qf_params = jax.tree.map(lambda a, b: jnp.stack([a, b]), *q_trees)
     obs = np.random.default_rng(0).normal(size=(B, obs_dim)).astype(np.float32)
     with torch.no_grad():

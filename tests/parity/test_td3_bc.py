@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
 
@@ -101,10 +101,8 @@ def test_networks_agree_on_the_same_weights(twins):
     t_actor = pt.Actor(obs_dim, action_dim, hidden, scale, bias)
     t_q = [pt.QNetwork(obs_dim, action_dim, hidden) for _ in range(2)]
     agent = jx.Agent(obs_dim, action_dim, hidden, scale, bias)
-    dense = lambda l: {"kernel": jnp.asarray(l.weight.detach().numpy().T), "bias": jnp.asarray(l.bias.detach().numpy())}
-    lin = lambda mod: [l for l in mod.modules() if isinstance(l, torch.nn.Linear)]
-    actor_params = {"params": {f"Dense_{i}": dense(l) for i, l in enumerate(lin(t_actor))}}
-    q_trees = [{"params": {f"Dense_{i}": dense(l) for i, l in enumerate(lin(q))}} for q in t_q]
+    actor_params = torch_to_flax_params(t_actor)
+    q_trees = [torch_to_flax_params(q) for q in t_q]
     qf_params = jax.tree.map(lambda a, b: jnp.stack([a, b]), *q_trees)
     obs = np.random.default_rng(0).normal(size=(B, obs_dim)).astype(np.float32)
     with torch.no_grad():
@@ -124,10 +122,8 @@ def test_actor_gradient_through_the_networks(twins):
     scale, bias = np.array([2.0, 0.5], np.float32), np.array([0.0, 0.25], np.float32)
     t_actor, t_q1 = pt.Actor(obs_dim, action_dim, hidden, scale, bias), pt.QNetwork(obs_dim, action_dim, hidden)
     agent = jx.Agent(obs_dim, action_dim, hidden, scale, bias)
-    dense = lambda l: {"kernel": jnp.asarray(l.weight.detach().numpy().T), "bias": jnp.asarray(l.bias.detach().numpy())}
-    lin = lambda mod: [l for l in mod.modules() if isinstance(l, torch.nn.Linear)]
-    actor_params = {"params": {f"Dense_{i}": dense(l) for i, l in enumerate(lin(t_actor))}}
-    q_tree = {"params": {f"Dense_{i}": dense(l) for i, l in enumerate(lin(t_q1))}}
+    actor_params = torch_to_flax_params(t_actor)
+    q_tree = torch_to_flax_params(t_q1)
     qf_params = jax.tree.map(lambda a: jnp.stack([a, a]), q_tree)
     rng = np.random.default_rng(1)
     obs = rng.normal(size=(B, obs_dim)).astype(np.float32)
@@ -141,6 +137,6 @@ def test_actor_gradient_through_the_networks(twins):
         return jx.td3_bc_actor_loss(agent.q1(qf_params, obs, pi_j), pi_j, data_actions, 2.5)[0]
     loss_j, grads = jax.value_and_grad(loss_fn)(actor_params)
     close(loss_t, loss_j)
-    for i, l in enumerate(lin(t_actor)):
+    for i, l in enumerate(m for m in t_actor.modules() if isinstance(m, torch.nn.Linear)):
         close(l.weight.grad.T, grads["params"][f"Dense_{i}"]["kernel"])
         close(l.bias.grad, grads["params"][f"Dense_{i}"]["bias"])
