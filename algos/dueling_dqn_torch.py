@@ -16,8 +16,8 @@ own windows (tests/unit/test_value_based_n_step.py), the target with per-sample 
 Q-network's parity with and without LayerNorm.
 The --al-alpha flag (advantage learning, off by default): its target by hand, its fixed point on a
 one-state bandit, twin parity, bad alpha refused (tests/unit/test_advantage_learning.py); --al-alpha 0.9
-ended every run at 500.0: seeds 1-20 of DQN JAX and Dueling DQN torch, seeds 1-10 of DQN torch and
-Dueling DQN JAX (docs/algorithms/dqn.md, the eighth round).
+ended every one of seeds 1-20 at 500.0 in all four twins of DQN and Dueling DQN (docs/algorithms/dqn.md,
+the eighth round).
 Reproduce: python algos/dueling_dqn_torch.py --seed 1
 """
 import copy
