@@ -18,7 +18,8 @@ Q-network's parity with and without LayerNorm.
 Also verified: exploration_draws gives exactly the draws of one jitted call per env step (the
 block draws change the speed, not the run).
 The --al-alpha flag (advantage learning, off by default): its target by hand, its fixed point on a
-one-state bandit, twin parity, bad alpha refused (tests/unit/test_advantage_learning.py); --al-alpha 0.9
+one-state bandit, twin parity, bad alpha refused, the training loop's branch live
+(tests/unit/test_advantage_learning.py); --al-alpha 0.9
 ended every one of seeds 1-20 at 500.0 in all four twins of DQN and Dueling DQN (docs/algorithms/dqn.md,
 the eighth round).
 Reproduce: python algos/dqn_jax.py --seed 1

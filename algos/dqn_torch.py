@@ -16,7 +16,8 @@ target and LayerNorm (issue 18): n_step_transition by hand and through the train
 windows (tests/unit/test_value_based_n_step.py), the target with per-sample discounts, and the
 Q-network's parity with and without LayerNorm.
 The --al-alpha flag (advantage learning, off by default): its target by hand, its fixed point on a
-one-state bandit, twin parity, bad alpha refused (tests/unit/test_advantage_learning.py); --al-alpha 0.9
+one-state bandit, twin parity, bad alpha refused, the training loop's branch live
+(tests/unit/test_advantage_learning.py); --al-alpha 0.9
 ended every one of seeds 1-20 at 500.0 in all four twins of DQN and Dueling DQN (docs/algorithms/dqn.md,
 the eighth round).
 Reproduce: python algos/dqn_torch.py --seed 1

@@ -15,7 +15,8 @@ twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k steps on at least 
 own windows (tests/unit/test_value_based_n_step.py), the target with per-sample discounts, and the
 Q-network's parity with and without LayerNorm.
 The --al-alpha flag (advantage learning, off by default): its target by hand, its fixed point on a
-one-state bandit, twin parity, bad alpha refused (tests/unit/test_advantage_learning.py); --al-alpha 0.9
+one-state bandit, twin parity, bad alpha refused, the training loop's branch live
+(tests/unit/test_advantage_learning.py); --al-alpha 0.9
 ended every one of seeds 1-20 at 500.0 in all four twins of DQN and Dueling DQN (docs/algorithms/dqn.md,
 the eighth round).
 Reproduce: python algos/dueling_dqn_torch.py --seed 1
