@@ -80,6 +80,8 @@ class Args:
     """rewards summed into one transition before bootstrapping (multi-step target; 1: the 2015 one-step target)"""
     layer_norm: bool = True
     """LayerNorm before each hidden ReLU of the Q-network (--no-layer-norm: the 2015 network)"""
+    al_alpha: float = 0.0
+    """advantage learning: move every target atom down by al_alpha x (max_b Q_target(s, b) - Q_target(s, a)), widening every action gap by 1 / (1 - al_alpha) (0: the C51 target; docs/algorithms/dqn.md, the eighth round)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -130,6 +132,17 @@ def categorical_projection(next_probs, rewards, dones, gamma, atoms):
     tz = torch.clamp(rewards[:, None] + (gamma * (1.0 - dones))[:, None] * atoms[None, :], atoms[0], atoms[-1])
     weights = torch.clamp(1.0 - (tz[:, :, None] - atoms[None, None, :]).abs() / delta_z, min=0.0)  # (B, i, j)
     return (next_probs[:, :, None] * weights).sum(dim=1)
+
+
+def advantage_learning_shift(q_target_obs, actions, alpha):
+    """Advantage learning (Baird 1999; Bellemare et al. 2016, arXiv:1512.04860) for a return
+    distribution: the scalar operator's y_AL = y - alpha * (max_b Q_target(s, b) - Q_target(s, a))
+    subtracts one number per sample, so here every atom of the target distribution moves down by that
+    number, alpha times the action gap at the *current* state s. A shift by a constant moves the mean
+    by the constant, so the target's mean is the scalar advantage-learning target (our extension; the
+    papers define the scalar operator only). q_target_obs: (B, A) expected values of the target
+    network at s; actions: (B,) the taken actions. Returns the (B,) shift; alpha = 0 gives zeros."""
+    return alpha * (q_target_obs.max(1).values - q_target_obs.gather(1, actions.unsqueeze(1)).squeeze(1))
 
 
 def categorical_loss(logits, target_probs):
@@ -221,6 +234,8 @@ def check_args(args):
         raise ValueError(f"n_step = {args.n_step} must be >= 1 (1 is the one-step target)")
     if not 0.0 < args.tau <= 1.0:
         raise ValueError(f"tau = {args.tau} must be in (0, 1]")
+    if not 0.0 <= args.al_alpha < 1.0:
+        raise ValueError(f"al_alpha = {args.al_alpha} must be in [0, 1) (0 is the C51 target)")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
@@ -342,6 +357,9 @@ def train(args: Args) -> dict:
                 with torch.no_grad():
                     next_probs = torch.softmax(target_network(b_next_obs), dim=-1)  # (B, A, N)
                     next_actions = (next_probs * atoms).sum(dim=-1).argmax(dim=-1)
+                    if args.al_alpha > 0.0:  # advantage learning (off by default): every target atom moves down
+                        q_target_obs = (torch.softmax(target_network(b_obs), dim=-1) * atoms).sum(dim=-1)
+                        b_rewards = b_rewards - advantage_learning_shift(q_target_obs, b_actions, args.al_alpha)
                     target_probs = categorical_projection(next_probs[rows, next_actions], b_rewards, b_dones,
                                                           b_discounts, atoms)
                 logits = q_network(b_obs)[rows, b_actions]

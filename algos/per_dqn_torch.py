@@ -79,6 +79,8 @@ class Args:
     """rewards summed into one transition before bootstrapping (multi-step target; 1: the 2015 one-step target)"""
     layer_norm: bool = True
     """LayerNorm before each hidden ReLU of the Q-network (--no-layer-norm: the 2015 network)"""
+    al_alpha: float = 0.0
+    """advantage learning: subtract al_alpha x (max_b Q_target(s, b) - Q_target(s, a)) from the target, widening every action gap by 1 / (1 - al_alpha) (0: the DQN target; 0.9 removed the late collapses in docs/algorithms/dqn.md, the eighth round)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -124,6 +126,17 @@ def max_q_target(next_q_target, rewards, dones, gamma):
     a truncated episode bootstraps, since the time limit is not part of the task. The max over
     noisy estimates is biased upward (worked problem 4)."""
     return rewards + gamma * (1.0 - dones) * next_q_target.max(dim=-1).values
+
+
+def advantage_learning_target(targets, q_target_obs, actions, alpha):
+    """Advantage learning (Baird 1999; Bellemare et al. 2016, arXiv:1512.04860):
+    y_AL = y - alpha * (max_b Q_target(s, b) - Q_target(s, a)), both read at the *current* state s.
+
+    The greedy action's target is y itself, so the greedy policy at the fixed point is Q*'s; any other
+    action's value settles below Q*'s, with V(s) - Q(s, a) = (V*(s) - Q*(s, a)) / (1 - alpha): every
+    action gap multiplied by 1 / (1 - alpha). q_target_obs: (B, A) target-network values at s;
+    actions: (B,) the taken actions. alpha = 0 gives y back."""
+    return targets - alpha * (q_target_obs.max(1).values - q_target_obs.gather(1, actions.unsqueeze(1)).squeeze(1))
 
 
 def weighted_td_loss(q_taken, targets, weights):
@@ -263,6 +276,8 @@ def check_args(args):
         raise ValueError(f"n_step = {args.n_step} must be >= 1 (1 is the one-step target)")
     if not 0.0 < args.tau <= 1.0:
         raise ValueError(f"tau = {args.tau} must be in (0, 1]")
+    if not 0.0 <= args.al_alpha < 1.0:
+        raise ValueError(f"al_alpha = {args.al_alpha} must be in [0, 1) (0 is the DQN target)")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
@@ -383,6 +398,8 @@ def train(args: Args) -> dict:
                                                               (actions_rb, rewards_rb, dones_rb, discounts_rb))
                 with torch.no_grad():
                     targets = max_q_target(target_network(b_next_obs), b_rewards, b_dones, b_discounts)
+                    if args.al_alpha > 0.0:  # advantage learning (off by default)
+                        targets = advantage_learning_target(targets, target_network(b_obs), b_actions, args.al_alpha)
                 q_taken = q_network(b_obs).gather(1, b_actions.unsqueeze(1)).squeeze(1)
                 loss, abs_errors = weighted_td_loss(q_taken, targets, torch.as_tensor(b_weights, device=device))
                 if args.anneal_lr:  # linear from learning_rate to 0 over the gradient steps (optax.linear_schedule in the JAX twin)

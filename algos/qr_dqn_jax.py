@@ -83,6 +83,8 @@ class Args:
     """rewards summed into one transition before bootstrapping (multi-step target; 1: the 2015 one-step target)"""
     layer_norm: bool = True
     """LayerNorm before each hidden ReLU of the Q-network (--no-layer-norm: the 2015 network)"""
+    al_alpha: float = 0.0
+    """advantage learning: move every target quantile down by al_alpha x (max_b Q_target(s, b) - Q_target(s, a)), widening every action gap by 1 / (1 - al_alpha) (0: the QR-DQN target; docs/algorithms/dqn.md, the eighth round)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -131,6 +133,17 @@ def quantile_target(next_quantiles, rewards, dones, gamma):
     gamma: the discount, or a (B,) array of per-sample discounts gamma^k (n-step transitions). dones =
     terminated only: at a termination every target quantile is r itself."""
     return rewards[:, None] + (gamma * (1.0 - dones))[:, None] * next_quantiles
+
+
+def advantage_learning_shift(q_target_obs, actions, alpha):
+    """Advantage learning (Baird 1999; Bellemare et al. 2016, arXiv:1512.04860) for a return
+    distribution: the scalar operator's y_AL = y - alpha * (max_b Q_target(s, b) - Q_target(s, a))
+    subtracts one number per sample, so here every atom of the target distribution moves down by that
+    number, alpha times the action gap at the *current* state s. A shift by a constant moves the mean
+    by the constant, so the target's mean is the scalar advantage-learning target (our extension; the
+    papers define the scalar operator only). q_target_obs: (B, A) expected values of the target
+    network at s; actions: (B,) the taken actions. Returns the (B,) shift; alpha = 0 gives zeros."""
+    return alpha * (q_target_obs.max(axis=-1) - jnp.take_along_axis(q_target_obs, actions[:, None], axis=-1).squeeze(-1))
 
 
 def quantile_huber_loss(pred, target, taus, kappa):
@@ -244,6 +257,8 @@ def check_args(args):
         raise ValueError(f"n_step = {args.n_step} must be >= 1 (1 is the one-step target)")
     if not 0.0 < args.tau <= 1.0:
         raise ValueError(f"tau = {args.tau} must be in (0, 1]")
+    if not 0.0 <= args.al_alpha < 1.0:
+        raise ValueError(f"al_alpha = {args.al_alpha} must be in [0, 1) (0 is the QR-DQN target)")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
@@ -318,6 +333,9 @@ def train(args: Args) -> dict:
         next_quantiles = q_network.apply(target_params, next_obs)  # (B, A, N)
         next_actions = next_quantiles.mean(axis=-1).argmax(axis=-1)
         targets = quantile_target(next_quantiles[rows, next_actions], rewards, dones, discounts)
+        if args.al_alpha > 0.0:  # advantage learning (off by default): every target quantile moves down
+            q_target_obs = q_network.apply(target_params, obs).mean(axis=-1)
+            targets = targets - advantage_learning_shift(q_target_obs, actions, args.al_alpha)[:, None]
         quantiles = q_network.apply(params, obs)[rows, actions]
         loss = quantile_huber_loss(quantiles, jax.lax.stop_gradient(targets), taus, args.kappa)
         q_taken = quantiles.mean(axis=-1)
