@@ -29,6 +29,8 @@ def test_n_step_defaults(script):
     if "c51" in script:
         # the support must hold CartPole's values: +1 a step, at most 1 / (1 - gamma) = 500
         assert args.v_min < 0.0 and args.v_max >= 1.0 / (1.0 - args.gamma) - 1e-9
+    # C51 refreshes its target every 100 steps, the others every 500 (docs/algorithms/dqn.md, the ninth round)
+    assert args.target_network_frequency == (100 if "c51" in script else 500)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
