@@ -9,10 +9,11 @@ Verified (tests/): dueling_aggregate by hand (mean_a Q = V; a constant shift of 
 unchanged), max_q_target and td_loss as in DQN, parity with the JAX twin within 1e-5 (values and
 gradients), a smoke run, bit-identical curves for two runs with the same seed, count_gradient_steps
 against a brute-force count of the loop (the annealed learning rate's length), and learning, both
-twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k steps on every one of seeds 1-5 (pytest -m learning; seeds 1-20 in docs/algorithms/dueling_dqn.md). The defaults'
-3-step target and LayerNorm (issue 18): n_step_transition by hand and through the training loop's
-own windows (tests/unit/test_value_based_n_step.py), the target with per-sample discounts, and the
-Q-network's parity with and without LayerNorm.
+twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k steps on every one of seeds 1-5
+(pytest -m learning; seeds 1-20 in docs/algorithms/dueling_dqn.md). The defaults' 3-step target and
+LayerNorm (issue 18): n_step_transition by hand and through the training loop's own windows
+(tests/unit/test_value_based_n_step.py), the target with per-sample discounts, and the Q-network's
+parity with and without LayerNorm.
 Advantage learning, the default since issue 18's ninth round (--al-alpha 0.9): its target by hand,
 its fixed point on a one-state bandit, twin parity, bad alpha refused, the training loop's branch
 live (tests/unit/test_advantage_learning.py); --al-alpha 0 gives the plain DQN target and the
