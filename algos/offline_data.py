@@ -37,6 +37,11 @@ The datasets (D4RL's names, scaled to a CPU):
   random and expert.
 - `<env>-replay`: what a learner's replay buffer holds: episodes whose random-action probability
   falls linearly from 1 (random) to the medium level, so most data is poor and some is decent.
+- `pendulum-learner`: a learner's replay buffer as D4RL's medium-replay is one, coherent policies that
+  improve: episode k acts with the expert's torque scaled by a gain rising from 0 to 0.4 (about
+  "medium") over the dataset, plus Gaussian noise falling from 0.6 to 0.2. Unlike `replay`, whose
+  actions are uniformly random with a probability, every action here comes from one policy of one
+  skill, so an episode's return says how good its policy was (a lead for issue 14; no spec uses it yet).
 - `pendulum-medium-expert`: D4RL's medium-expert mixture, medium and expert episodes alternating
   (20k transitions of each): here an episode's return says which policy acted, so conditioning on
   a high return can select the expert's actions (Decision Transformer's case), where in "replay"
@@ -175,6 +180,16 @@ def _noisy_policy(env_id, action_space, rng, random_prob, noise_std):
     return act
 
 
+def _learner_policy(env_id, rng, gain, sigma):
+    """The expert's action scaled by `gain`, plus N(0, sigma^2) noise, clipped to Pendulum's torque limit of 2."""
+    expert = EXPERTS[env_id]
+
+    def act(obs):
+        action = gain * expert(obs[None])[0] + sigma * rng.standard_normal(1)
+        return np.clip(action, -2.0, 2.0).astype(np.float32)
+    return act
+
+
 def _rollout(env, act, seed, options=None, stop=None, max_steps=None):
     """One trajectory as a dict of lists; `stop(next_obs)` cuts it (a timeout) like the time limit does."""
     obs, _ = env.reset(seed=seed, options=options)
@@ -243,10 +258,13 @@ SPECS = {
     "pendulum-medium": ("Pendulum-v1", 0.6, 0.3, 20_000),
     "pendulum-expert": ("Pendulum-v1", 0.0, 0.1, 20_000),
     "pendulum-replay": ("Pendulum-v1", "ramp", 0.3, 20_000),
+    "pendulum-learner": ("Pendulum-v1", "learner", None, 20_000),
     "pendulum-medium-expert": ("Pendulum-v1", ("pendulum-medium", "pendulum-expert"), None, 40_000),
     "pointmaze-stitch": ("PointMazeStitch-v0", None, 0.3, None),
 }
 DATASETS = tuple(SPECS)
+LEARNER_GAIN_END = 0.4  # the last episodes' gain on the expert's torque (about medium's score)
+LEARNER_NOISE = (0.6, 0.2)  # Gaussian torque noise of the first and the last episodes
 MEDIUM_RANDOM_PROB = {"CartPole-v1": 0.5, "Pendulum-v1": 0.6}
 STITCH_LEGS = 200  # legs of each of the three kinds
 
@@ -258,6 +276,16 @@ def _build_gym_dataset(name, seed):
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
     trajectories, count, episode = [], 0, 0
     while count < size:
+        if random_prob == "learner":
+            # a learner's buffer: one coherent policy per episode, its gain growing, its noise shrinking
+            progress = min(1.0, count / size)
+            act = _learner_policy(env_id, rng, LEARNER_GAIN_END * progress,
+                                  LEARNER_NOISE[0] + (LEARNER_NOISE[1] - LEARNER_NOISE[0]) * progress)
+            traj = _rollout(env, act, seed * 1_000_003 + episode)
+            trajectories.append(traj)
+            count += len(traj["rewards"])
+            episode += 1
+            continue
         if random_prob == "ramp":
             # a learner's replay buffer: the first episodes random, later ones close to "medium"
             progress = min(1.0, count / size)

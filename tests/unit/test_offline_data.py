@@ -58,9 +58,29 @@ def test_experts_and_reference_returns():
     assert scores["pendulum-expert"] > 95 and scores["cartpole-expert"] > 99
     assert 25 < scores["pendulum-medium"] < 75 and 20 < scores["cartpole-medium"] < 75
     assert scores["pendulum-replay"] < scores["pendulum-medium"]
+    assert scores["pendulum-random"] + 15 < scores["pendulum-learner"] < scores["pendulum-medium"]
     # medium-expert: the two behaviours' episodes alternate, so its mean lies between them (the mean
     # of the two, up to the episodes' different start states)
     assert scores["pendulum-medium"] + 20 < scores["pendulum-medium-expert"] < scores["pendulum-expert"] - 20
+
+
+def test_learner_policies_are_coherent_and_improve():
+    """pendulum-learner: episode k's actions are gain_k * expert(s) + noise, the gain 0.4 p and the noise std
+    0.6 - 0.4 p at the dataset's progress p. Fitting each episode's gain by least squares on the expert's
+    actions: the first quarter of the episodes (p in [0, 0.25]) averages 0.4 * 0.125 = 0.05, the last
+    quarter 0.4 * 0.875 = 0.35, and the residual std 0.55 and 0.25 (the clip to +-2 shaves a little)."""
+    d = offline_data.load_dataset("pendulum-learner")
+    ends = np.flatnonzero((d["terminals"] + d["timeouts"]) > 0) + 1
+    expert = np.asarray(offline_data.EXPERTS["Pendulum-v1"](d["observations"]), np.float64).reshape(-1)
+    actions = d["actions"][:, 0].astype(np.float64)
+    gains, noise = [], []
+    for start, end in zip(np.r_[0, ends[:-1]], ends):
+        e, a = expert[start:end], actions[start:end]
+        gains.append(a @ e / (e @ e))
+        noise.append(np.std(a - gains[-1] * e))
+    q = len(gains) // 4
+    np.testing.assert_allclose([np.mean(gains[:q]), np.mean(gains[-q:])], [0.05, 0.35], atol=0.03)
+    np.testing.assert_allclose([np.mean(noise[:q]), np.mean(noise[-q:])], [0.55, 0.25], atol=0.03)
 
 
 def test_medium_expert_alternates_the_two_behaviours():
