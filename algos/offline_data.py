@@ -180,13 +180,14 @@ def _noisy_policy(env_id, action_space, rng, random_prob, noise_std):
     return act
 
 
-def _learner_policy(env_id, rng, gain, sigma):
-    """The expert's action scaled by `gain`, plus N(0, sigma^2) noise, clipped to Pendulum's torque limit of 2."""
+def _learner_policy(env_id, action_space, rng, gain, sigma):
+    """The expert's action scaled by `gain`, plus N(0, sigma^2) noise, clipped to the action bounds
+    (continuous actions only: one coherent policy of a given skill)."""
     expert = EXPERTS[env_id]
 
     def act(obs):
-        action = gain * expert(obs[None])[0] + sigma * rng.standard_normal(1)
-        return np.clip(action, -2.0, 2.0).astype(np.float32)
+        action = gain * expert(obs[None])[0] + sigma * rng.standard_normal(action_space.shape)
+        return np.clip(action, action_space.low, action_space.high).astype(np.float32)
     return act
 
 
@@ -276,26 +277,21 @@ def _build_gym_dataset(name, seed):
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
     trajectories, count, episode = [], 0, 0
     while count < size:
+        progress = min(1.0, count / size)
         if random_prob == "learner":
             # a learner's buffer: one coherent policy per episode, its gain growing, its noise shrinking
-            progress = min(1.0, count / size)
-            act = _learner_policy(env_id, rng, LEARNER_GAIN_END * progress,
+            act = _learner_policy(env_id, env.action_space, rng, LEARNER_GAIN_END * progress,
                                   LEARNER_NOISE[0] + (LEARNER_NOISE[1] - LEARNER_NOISE[0]) * progress)
-            traj = _rollout(env, act, seed * 1_000_003 + episode)
-            trajectories.append(traj)
-            count += len(traj["rewards"])
-            episode += 1
-            continue
-        if random_prob == "ramp":
-            # a learner's replay buffer: the first episodes random, later ones close to "medium"
-            progress = min(1.0, count / size)
-            prob = 1.0 - progress * (1.0 - MEDIUM_RANDOM_PROB[env_id])
-            noise = noise_std
-        elif isinstance(random_prob, tuple):  # a mixture: episode k acts as dataset k mod len
-            _, prob, noise, _ = SPECS[random_prob[episode % len(random_prob)]]
         else:
-            prob, noise = random_prob, noise_std
-        act = _noisy_policy(env_id, env.action_space, rng, prob, noise)
+            if random_prob == "ramp":
+                # per-step corruption: the first episodes random, later ones close to "medium"
+                prob = 1.0 - progress * (1.0 - MEDIUM_RANDOM_PROB[env_id])
+                noise = noise_std
+            elif isinstance(random_prob, tuple):  # a mixture: episode k acts as dataset k mod len
+                _, prob, noise, _ = SPECS[random_prob[episode % len(random_prob)]]
+            else:
+                prob, noise = random_prob, noise_std
+            act = _noisy_policy(env_id, env.action_space, rng, prob, noise)
         traj = _rollout(env, act, seed * 1_000_003 + episode)
         trajectories.append(traj)
         count += len(traj["rewards"])
