@@ -49,6 +49,8 @@ class Args:
     """offline dataset (algos/offline_data.py); Discrete or Box actions"""
     dataset_episodes: int = 0
     """use only the first k trajectories of the dataset (0 = all of them)"""
+    top_fraction: float = 1.0
+    """keep only this fraction of those trajectories, the highest returns (%BC of the DT paper; 1 = all)"""
     total_steps: int = 5_000
     """gradient steps"""
     batch_size: int = 256
@@ -103,6 +105,15 @@ def dataset_prefix_size(bounds, episodes):
     return bounds[episodes - 1][1] if episodes else bounds[-1][1]
 
 
+def top_return_rows(bounds, rewards, fraction):
+    """Row indices of the ceil(fraction * N) trajectories of [(start, end)] with the highest
+    undiscounted returns, in data order (ties: the earlier trajectory). This is "%BC" (Chen et al.
+    2021, the Decision Transformer paper): BC on the best 10% of the trajectories. fraction 1: all rows."""
+    returns = np.array([rewards[start:end].sum() for start, end in bounds])
+    keep = np.sort(np.argsort(-returns, kind="stable")[:max(1, int(np.ceil(fraction * len(bounds) - 1e-9)))])
+    return np.concatenate([np.arange(bounds[i][0], bounds[i][1]) for i in keep])
+
+
 # ----------------------------------------------------------------------------- networks
 def layer_init(layer):
     """torch's default weights, uniform in +-1/sqrt(fan_in); zero biases (the JAX twin does the same)."""
@@ -139,6 +150,8 @@ def check_args(args):
     if not 0 <= args.dataset_episodes <= trajectories:
         raise ValueError(f"dataset_episodes = {args.dataset_episodes} must be between 0 (all) and the "
                          f"{trajectories} trajectories of {args.dataset}")
+    if not 0 < args.top_fraction <= 1:
+        raise ValueError(f"top_fraction = {args.top_fraction} must be in (0, 1] (1 keeps every trajectory)")
     return info
 
 
@@ -208,11 +221,15 @@ def train(args: Args) -> dict:
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(args.seed)
 
-    # ---- the data: the first dataset_episodes trajectories (all with 0), on the device
+    # ---- the data: the first dataset_episodes trajectories (all with 0), of those the top_fraction with
+    # the highest returns (all with 1), on the device
     data = offline_data.load_dataset(args.dataset)
-    size = dataset_prefix_size(offline_data.episode_bounds(data), args.dataset_episodes)
-    observations = torch.as_tensor(data["observations"][:size], device=device)
-    actions = torch.as_tensor(data["actions"][:size], device=device)
+    bounds = offline_data.episode_bounds(data)
+    prefix = dataset_prefix_size(bounds, args.dataset_episodes)
+    rows = top_return_rows([(s, e) for s, e in bounds if e <= prefix], data["rewards"], args.top_fraction)
+    size = len(rows)
+    observations = torch.as_tensor(data["observations"][rows], device=device)
+    actions = torch.as_tensor(data["actions"][rows], device=device)
     discrete, out_dim, action_scale, action_bias = policy_head(env_id)
     action_scale = torch.as_tensor(action_scale, device=device)
     action_bias = torch.as_tensor(action_bias, device=device)

@@ -50,10 +50,38 @@ def test_dataset_prefix_size(script):
 
 
 @pytest.mark.parametrize("script", TWINS)
+def test_top_return_rows_by_hand(script):
+    m = load_script(script)
+    bounds = [(0, 3), (3, 5), (5, 9)]
+    # returns: 1 + 0 + 0 = 1 | 2 + 3 = 5 | 1 + 1 + 1 + 0 = 3
+    rewards = np.array([1, 0, 0, 2, 3, 1, 1, 1, 0], np.float32)
+    np.testing.assert_array_equal(m.top_return_rows(bounds, rewards, 1.0), np.arange(9))
+    # ceil(0.34 * 3) = 2 trajectories: returns 5 and 3, kept in data order
+    np.testing.assert_array_equal(m.top_return_rows(bounds, rewards, 0.34), [3, 4, 5, 6, 7, 8])
+    # ceil(0.1 * 3) = 1: the best one; a tie goes to the earlier trajectory
+    np.testing.assert_array_equal(m.top_return_rows(bounds, rewards, 0.1), [3, 4])
+    tied = np.array([1, 1, 0, 1, 1, 0, 0, 0, 1], np.float32)  # returns 2, 2, 1
+    np.testing.assert_array_equal(m.top_return_rows(bounds, tied, 0.3), [0, 1, 2])
+    # 0.5 of 3 is 1.5: rounded up to 2, never down to a single trajectory
+    np.testing.assert_array_equal(m.top_return_rows(bounds, tied, 0.5), [0, 1, 2, 3, 4])
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_top_fraction_keeps_the_best_trajectories(script, tmp_path):
+    # pendulum-learner's first 10 trajectories (200 steps each), the best 3 of them: 600 pairs
+    summary = run_train(script, tmp_path, dataset="pendulum-learner", dataset_episodes=10, top_fraction=0.3,
+                        total_steps=3, batch_size=8, hidden_size=8, eval_every=3, eval_episodes=1)
+    assert summary["dataset_size"] == 600
+    assert all_finite(summary)
+
+
+@pytest.mark.parametrize("script", TWINS)
 @pytest.mark.parametrize("overrides, match", [
     (dict(dataset="pendulum-expret"), "pendulum-expert"),  # the error lists the valid names
     (dict(dataset_episodes=-1), "dataset_episodes"),
     (dict(dataset_episodes=10_000), "trajectories"),
+    (dict(top_fraction=0.0), "top_fraction"),
+    (dict(top_fraction=1.5), "top_fraction"),
     (dict(total_steps=0), "total_steps"),
     (dict(batch_size=0), "batch_size"),
     (dict(eval_every=0), "eval_every"),
