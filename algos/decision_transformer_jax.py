@@ -14,15 +14,17 @@ target return, which falls by every reward received; several targets are evaluat
 Verified (tests/): returns_to_go and the left-padded windows (gather_windows) on hand numbers, the
 interleaved tokens and the masked action loss, padding invariance (a left-padded short window
 predicts the same actions at its real positions as the unpadded one) and causality (changing a
-later token leaves every earlier prediction unchanged), bad input refused before a run directory is
-written, parity with the PyTorch twin (every module-level function, the loss gradients, the transformer
+later token leaves every earlier prediction unchanged), primary_target on hand numbers and on every
+dataset, a LayerNorm erasing a scalar token's scale (hand numbers) and the modality embeddings' init,
+bad input refused before a run directory is written, parity with the PyTorch twin (every module-level function, the loss gradients, the transformer
 on the same weights within 1e-5), a smoke run and the same figures twice with the same seed.
-Measured (docs/algorithms/decision_transformer.md; defaults, 5,000 gradient steps, seeds 1-5, Intel
-Xeon): pendulum-replay at target -150, JAX normalised 30.6 / 18.6 / 24.9 / 11.9 / 28.2 (IQM 23.9),
-BC's level (31; the behaviour's 25); pendulum-medium-expert IQM 77.9 against BC's 72.4 (the return
-picks the expert's episodes); pointmaze-stitch at target 1: 0.5 (the decoy, normalised 49.5) on
-every seed of both twins, it does not stitch start -> waypoint -> goal. 1,000 steps (the earlier
-default) left it under-trained.
+Measured (docs/algorithms/decision_transformer.md; defaults, 5,000 gradient steps, seeds 1-5 of both
+twins, Intel Xeon, 2026-12-06; normalised, torch / JAX IQM, at primary_target): pendulum-medium 70.2 /
+68.8 and pendulum-replay 43.8 / 49.8 at target -400, against BC's 53.7 / 54.1 and 27.3 / 28.3: DT
+beats BC on every seed there, where until 2026-12-06 (GPT-2 init everywhere and a LayerNorm on the
+tokens, which erased the return token's scale) it tied BC; %BC (BC on the best 10%) still scores 88.5
+on medium. pendulum-medium-expert 97.6 / 98.1 at -150 (BC 72.5). pointmaze-stitch at target 1: 49.5 (the
+decoy) on every seed of both twins, it does not stitch start -> waypoint -> goal.
 Reproduce: python algos/decision_transformer_jax.py --seed 1
 """
 import os
@@ -74,8 +76,10 @@ class Args:
     """attention heads per block (must divide embed_dim)"""
     return_scale: float = 0.0
     """returns-to-go are divided by this; 0 picks the environment's (RETURN_SCALE)"""
+    embed_layernorm: bool = False
+    """LayerNorm on the token embeddings, as in the paper's code (off: it erases the return token's scale, docs)"""
     target_returns: tuple[float, ...] = ()
-    """returns to condition the evaluation on, highest first; () picks the environment's (TARGET_RETURNS)"""
+    """returns to condition the evaluation on; () picks the environment's (TARGET_RETURNS); the score follows primary_target"""
     eval_every: int = 500
     """gradient steps between evaluations"""
     eval_episodes: int = 10
@@ -95,11 +99,21 @@ SMOKE_ARGS = dict(dataset="pointmaze-stitch", total_steps=20, batch_size=8, warm
 # Returns-to-go are divided by a constant of the order of the returns, so that the return token is O(1).
 RETURN_SCALE = {"Pendulum-v1": 1000.0, "PointMazeStitch-v0": 1.0}
 # Targets per environment, highest first: Pendulum's expert scores about -150 and the datasets' best
-# trajectories -250 (medium) / -380 (replay); the stitch maze pays 1 at the goal, 0.5 at the decoy.
+# trajectories -250 (medium) / -380 (replay, learner); the stitch maze pays 1 at the goal, 0.5 at the
+# decoy. The score follows primary_target: -150 on expert and medium-expert data, -400 on medium, replay
+# and learner (no trajectory there reached -150), 1 on the stitch maze (the waypoint -> goal legs did).
 TARGET_RETURNS = {"Pendulum-v1": (-150.0, -400.0, -800.0), "PointMazeStitch-v0": (1.0, 0.5, 0.0)}
 
 
 # ----------------------------------------------------------------------------- pure math
+def primary_target(targets, best_return):
+    """The target the score and the curve follow: the highest of `targets` that some trajectory of the
+    data reached (<= its best return), so that the return token asks for a return the data has seen;
+    the lowest target when the data reached none. Every target is still evaluated and logged."""
+    reached = [t for t in targets if t <= best_return]
+    return max(reached) if reached else min(targets)
+
+
 def returns_to_go(rewards, bounds):
     """R_t = sum_{t' >= t} r_t' inside each trajectory [start, end) (undiscounted; numpy, the data's)."""
     rtg = np.zeros(len(rewards), dtype=np.float64)
@@ -152,6 +166,17 @@ def dt_action_loss(predicted, actions, mask):
 # ----------------------------------------------------------------------------- networks
 init = nn.initializers.normal(0.02)
 Dense = partial(nn.Dense, kernel_init=init, bias_init=nn.initializers.zeros)
+
+
+def fan_in_uniform(fan_in):
+    """torch's default nn.Linear init, for weight and bias alike: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    bound = 1.0 / np.sqrt(fan_in)
+    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+def ModalityDense(features, fan_in, name):
+    """A modality embedding (return, state or action) initialised as in the paper's code."""
+    return nn.Dense(features, kernel_init=fan_in_uniform(fan_in), bias_init=fan_in_uniform(fan_in), name=name)
 LayerNorm = partial(nn.LayerNorm, epsilon=1e-5, use_fast_variance=False)  # torch's LayerNorm
 
 
@@ -178,7 +203,16 @@ class Block(nn.Module):
 class DecisionTransformer(nn.Module):
     """Per-modality linear embeddings plus a learned timestep embedding, a causal transformer over
     the interleaved (R, s, a) tokens, and an action head on each state token's output:
-    a_t = scale * tanh(W h(s_t)) + bias, inside the Box."""
+    a_t = scale * tanh(W h(s_t)) + bias, inside the Box.
+
+    The return token is a linear map of ONE number, w R + b, plus the timestep's embedding e_t. A
+    LayerNorm on it (embed_layernorm, the paper code's embed_ln) divides out its scale: LN(w R) =
+    sign(R) LN(w) whatever |R| is, so only b and e_t keep "how much return" in the token, squashed.
+    Off by default: the residual stream then carries w R + b + e_t itself (each block still normalises
+    its own input). The three modality embeddings start as in the paper's code (torch's default
+    nn.Linear init, weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))), the rest as GPT-2 does
+    (N(0, 0.02^2), zero biases). Measured, the GPT-2 init everywhere plus the LayerNorm (this script
+    until 2026-12-06) against this: docs/algorithms/decision_transformer.md."""
 
     obs_dim: int
     action_dim: int
@@ -188,15 +222,17 @@ class DecisionTransformer(nn.Module):
     max_timestep: int
     action_scale: tuple
     action_bias: tuple
+    embed_layernorm: bool = False
 
     @nn.compact
     def __call__(self, returns_to_go, states, actions, timesteps, mask):
         """(B, K, 1), (B, K, obs), (B, K, act), (B, K) int, (B, K) -> (B, K, act) predicted actions."""
         time_emb = nn.Embed(self.max_timestep, self.embed_dim, embedding_init=init, name="embed_timestep")(timesteps)
-        x = interleave_tokens(Dense(self.embed_dim, name="embed_return")(returns_to_go) + time_emb,
-                              Dense(self.embed_dim, name="embed_state")(states) + time_emb,
-                              Dense(self.embed_dim, name="embed_action")(actions) + time_emb)
-        x = LayerNorm(name="embed_ln")(x)
+        x = interleave_tokens(ModalityDense(self.embed_dim, 1, "embed_return")(returns_to_go) + time_emb,
+                              ModalityDense(self.embed_dim, self.obs_dim, "embed_state")(states) + time_emb,
+                              ModalityDense(self.embed_dim, self.action_dim, "embed_action")(actions) + time_emb)
+        if self.embed_layernorm:
+            x = LayerNorm(name="embed_ln")(x)
         allowed = attention_allowed(mask)
         for i in range(self.n_layer):
             x = Block(self.embed_dim, self.n_head, name=f"h_{i}")(x, allowed)
@@ -258,7 +294,7 @@ def run_episodes(policy, env_id, targets, episodes, seed, context_len, return_sc
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, target_returns, context_len, return_scale, embed_dim, n_layer,
-             n_head):
+             n_head, embed_layernorm=False):
     """Load the saved parameters into a fresh network; run it at every target return (deterministic)."""
     with open(model_path, "rb") as f:
         saved = flax.serialization.msgpack_restore(f.read())
@@ -266,7 +302,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, target_returns, context_le
     model = DecisionTransformer(len(saved["state_mean"]), space.shape[0], embed_dim, n_layer, n_head,
                                 saved["params"]["params"]["embed_timestep"]["embedding"].shape[0],
                                 tuple(float(x) for x in (space.high - space.low) / 2.0),
-                                tuple(float(x) for x in (space.high + space.low) / 2.0))
+                                tuple(float(x) for x in (space.high + space.low) / 2.0), embed_layernorm)
     params = saved["params"]
 
     @jax.jit
@@ -304,6 +340,8 @@ def train(args: Args) -> dict:
     # ---- the data: normalised states, scaled returns-to-go, trajectory bounds of every step
     data = offline_data.load_dataset(args.dataset)
     bounds = offline_data.episode_bounds(data)
+    primary = primary_target(targets, offline_data.episode_returns(data).max())
+    scored = targets.index(primary)
     state_mean = data["observations"].mean(0)
     state_std = data["observations"].std(0) + 1e-6
     arrays = {"returns_to_go": returns_to_go(data["rewards"], bounds)[:, None] / return_scale,
@@ -319,7 +357,7 @@ def train(args: Args) -> dict:
 
     model = DecisionTransformer(obs_dim, action_dim, args.embed_dim, args.n_layer, args.n_head, max_timestep,
                                 tuple(float(x) for x in (space.high - space.low) / 2.0),
-                                tuple(float(x) for x in (space.high + space.low) / 2.0))
+                                tuple(float(x) for x in (space.high + space.low) / 2.0), args.embed_layernorm)
     key, init_key = jax.random.split(key)
     example = gather_windows(arrays, traj_start[:1], traj_end[:1], np.zeros(1, dtype=np.int64), args.context_len)
     params = model.init(init_key, example["returns_to_go"], example["states"], example["actions"],
@@ -366,14 +404,14 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/learning_rate", args.learning_rate * min(1.0, step / args.warmup_steps), step)
             writer.add_scalar("charts/SPS", sps, step)
 
-        # ---- evaluation at every target return; the curve and the score follow the first (highest)
+        # ---- evaluation at every target return; the curve and the score follow the primary target
         if step % args.eval_every == 0 or step == args.total_steps:
             returns = run_episodes(policy, env_id, targets, args.eval_episodes, args.seed + 10_000, args.context_len,
                                    return_scale, state_mean, state_std)
-            for r in returns[0]:
+            for r in returns[scored]:
                 episode_returns.append((step, float(r)))
                 writer.add_scalar("eval/episodic_return", r, step)
-            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, returns[0].mean())),
+            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, returns[scored].mean())),
                               step)
             returns_by_target = {f"{target:g}": float(r.mean()) for target, r in zip(targets, returns)}
             for target, value in returns_by_target.items():
@@ -393,6 +431,7 @@ def train(args: Args) -> dict:
         "final_mean_return": final_mean_return,
         "normalized_score": float(offline_data.normalized_score(args.dataset, final_mean_return)),
         "returns_by_target": returns_by_target,
+        "target_return": primary,
         "sps": args.total_steps / wall_time,
         "wall_time": wall_time,
         "global_step": args.total_steps,
@@ -404,8 +443,9 @@ def train(args: Args) -> dict:
         with open(model_path, "wb") as f:
             f.write(flax.serialization.msgpack_serialize({"params": jax.device_get(params), "state_mean": state_mean,
                                                           "state_std": state_std}))
-        eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, targets[:1],
-                                args.context_len, return_scale, args.embed_dim, args.n_layer, args.n_head)[0]
+        eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, (primary,),
+                                args.context_len, return_scale, args.embed_dim, args.n_layer, args.n_head,
+                                args.embed_layernorm)[0]
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/saved_model_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

@@ -44,6 +44,8 @@ def test_numpy_data_functions_agree(twins, seed):
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
     assert (a["mask"] == 0).any(), "the batch has left padding"
+    for best in (-1000.0, -400.0, -254.0, 0.0, 2.0):
+        assert pt.primary_target((-150.0, -400.0, -800.0), best) == jx.primary_target((-150.0, -400.0, -800.0), best)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -19,6 +19,23 @@ def test_returns_to_go_by_hand(script):
 
 
 @pytest.mark.parametrize("script", TWINS)
+def test_primary_target_by_hand(script):
+    m = load_script(script)
+    targets = (-150.0, -400.0, -800.0)
+    assert m.primary_target(targets, -254.0) == -400.0  # medium's best trajectory: -150 was never reached
+    assert m.primary_target(targets, -400.0) == -400.0  # reached exactly counts
+    assert m.primary_target(targets, 0.0) == -150.0  # expert data
+    assert m.primary_target(targets, -900.0) == -800.0  # none reached: the lowest
+    assert m.primary_target((0.0, 1.0, 0.5), 1.0) == 1.0  # any order
+    # the datasets' own: -400 where no trajectory reached -150, -150 on expert data, 1 on the maze
+    import offline_data
+    for name, expected in (("pendulum-medium", -400.0), ("pendulum-replay", -400.0), ("pendulum-learner", -400.0),
+                           ("pendulum-expert", -150.0), ("pendulum-medium-expert", -150.0), ("pointmaze-stitch", 1.0)):
+        best = offline_data.episode_returns(offline_data.load_dataset(name)).max()
+        assert m.primary_target(m.TARGET_RETURNS[offline_data.dataset_info(name)["env_id"]], best) == expected, name
+
+
+@pytest.mark.parametrize("script", TWINS)
 def test_windows_are_left_padded_by_hand(script):
     m = load_script(script)
     x = np.array([[1.0], [2.0], [3.0], [4.0], [5.0]], np.float32)  # trajectories [0, 3) and [3, 5)
@@ -100,6 +117,77 @@ def test_causality(script):
     after = fn(changed)
     np.testing.assert_allclose(after[:, :3], before[:, :3], atol=1e-6)
     assert np.abs(after[:, 3:] - before[:, 3:]).max() > 1e-4, "the later predictions do see the change"
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_embedding_layernorm_erases_the_return_scale(script):
+    # The return token is w R + b + e_t, a linear map of ONE number. A LayerNorm of w R alone gives
+    # (w R - mean(w R)) / std(w R) = sign(R) LN(w) (up to the epsilon): asking for -0.3 or for -1.2
+    # would be the same token; only b and e_t keep the scale. Each twin's own LayerNorm, w = (1, 2, 4, -3):
+    # mean 1, std sqrt((0 + 1 + 9 + 16) / 4) = sqrt(6.5), so LN(w) = (0, 1, 3, -4) / sqrt(6.5).
+    m, c = load_script(script), conv(script)
+    w = np.array([1.0, 2.0, 4.0, -3.0], np.float32)
+    if is_torch(script):
+        import torch
+        ln = lambda x: torch.nn.LayerNorm(4)(c(x)).detach().numpy()  # noqa: E731 (gain 1, bias 0)
+    else:
+        import jax
+        layer = m.LayerNorm()
+        ln = lambda x: np.asarray(layer.apply(layer.init(jax.random.PRNGKey(0), c(x)), c(x)))  # noqa: E731
+    expected = np.array([0.0, 1.0, 3.0, -4.0]) / np.sqrt(6.5)
+    np.testing.assert_allclose(ln(-0.3 * w), -expected, atol=1e-3)
+    np.testing.assert_allclose(ln(-1.2 * w), -expected, atol=1e-4)
+    np.testing.assert_allclose(ln(0.3 * w), expected, atol=1e-3)  # the sign is all that is left
+    b = np.array([0.5, -0.5, 0.25, 0.0], np.float32)  # a bias the size of the paper code's init keeps some scale
+    assert np.abs(ln(-0.3 * w + b) - ln(-1.2 * w + b)).max() > 0.1
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_embedding_layernorm_is_a_flag_and_off_by_default(script):
+    m = load_script(script)
+    assert m.Args().embed_layernorm is False
+    b = _batch(np.random.default_rng(3), 1, 2)
+    names = {}
+    for flag in (False, True):
+        if is_torch(script):
+            model = m.DecisionTransformer(3, 2, 16, 1, 1, 50, np.ones(2), np.zeros(2), flag)
+            names[flag] = {n.split(".")[0] for n, _ in model.named_parameters()}
+        else:
+            import jax
+            model = m.DecisionTransformer(3, 2, 16, 1, 1, 50, (1.0, 1.0), (0.0, 0.0), flag)
+            names[flag] = set(model.init(jax.random.PRNGKey(0), b["returns_to_go"], b["states"], b["actions"],
+                                         b["timesteps"], b["mask"])["params"])
+    assert "embed_ln" not in names[False] and "embed_ln" in names[True]
+    assert names[True] - names[False] == {"embed_ln"}
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_modality_embeddings_start_as_in_the_paper_code(script):
+    # return / state / action embeddings: weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (torch's
+    # default nn.Linear); everything else GPT-2's N(0, 0.02^2) with zero biases
+    m = load_script(script)
+    obs_dim, action_dim, embed_dim = 3, 2, 256
+    if is_torch(script):
+        import torch
+        torch.manual_seed(0)
+        model = m.DecisionTransformer(obs_dim, action_dim, embed_dim, 1, 1, 50, np.ones(2), np.zeros(2))
+        get = {name: p.detach().numpy() for name, p in model.named_parameters()}
+    else:
+        import jax
+        model = m.DecisionTransformer(obs_dim, action_dim, embed_dim, 1, 1, 50, (1.0, 1.0), (0.0, 0.0))
+        b0 = _batch(np.random.default_rng(0), 1, 2)
+        params = model.init(jax.random.PRNGKey(0), b0["returns_to_go"], b0["states"], b0["actions"], b0["timesteps"],
+                            b0["mask"])["params"]
+        get = {f"{mod}.{'weight' if leaf in ('kernel', 'embedding') else leaf}": np.asarray(v)
+               for mod, leaves in params.items() if not mod.startswith("h_") for leaf, v in leaves.items()}
+    for name, fan_in in (("embed_return", 1), ("embed_state", obs_dim), ("embed_action", action_dim)):
+        bound = 1.0 / np.sqrt(fan_in)
+        for leaf in ("weight", "bias"):
+            x = get[f"{name}.{leaf}"]
+            assert np.abs(x).max() <= bound and np.abs(x).max() > 0.8 * bound, (name, leaf)
+            assert abs(x.std() - bound / np.sqrt(3)) < 0.25 * bound / np.sqrt(3), (name, leaf)  # U(-b, b): std b/sqrt(3)
+    assert abs(get["embed_timestep.weight"].std() - 0.02) < 0.002
+    np.testing.assert_array_equal(get["predict_action.bias"], 0.0)
 
 
 @pytest.mark.parametrize("script", TWINS)
