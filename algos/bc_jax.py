@@ -11,12 +11,15 @@ supervised problem, with no reward and no environment step during training. Disc
 (CartPole datasets): logits, cross-entropy with the dataset's action, argmax at evaluation. Box
 actions (Pendulum, PointMazeStitch): a deterministic actor mu(s) = scale * tanh(MLP(s)) + bias inside
 the action bounds, mean squared error to the dataset's action. --dataset-episodes k keeps only the
-first k trajectories, to show the compounding error of a small dataset (docs/algorithms/bc.md).
-BC is also the baseline of the offline table: it accepts every dataset name.
+first k trajectories, to show the compounding error of a small dataset (docs/algorithms/bc.md);
+--top-fraction f keeps the fraction f of them with the highest returns (%BC, the Decision Transformer
+paper's baseline: what selecting the data by its return is worth). BC is also the baseline of the
+offline table: it accepts every dataset name.
 
 Verified (tests/): the cross-entropy and MSE losses and the tanh squashing on hand-computed numbers,
-the first-k-trajectories cut (dataset_prefix_size), bad input (unknown dataset listing the valid
-ones, negative or too many episodes, zero sizes) refused before a run directory is written, parity
+the first-k-trajectories cut (dataset_prefix_size) and the best-returns cut (top_return_rows), bad
+input (unknown dataset listing the valid ones, negative or too many episodes, a fraction outside
+(0, 1], zero sizes) refused before a run directory is written, parity
 with the PyTorch twin within 1e-5 (losses, their gradients, the policy network on the same weights), a
 smoke run and the same figures twice with the same seed.
 Measured (docs/algorithms/bc.md): pendulum-expert, 5,000 gradient steps, seeds 1-5 gave

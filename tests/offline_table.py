@@ -25,7 +25,8 @@ import offline_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["bc", "td3_bc", "cql", "iql", "decision_transformer"]
-DATASETS = ["pendulum-medium", "pendulum-replay", "pendulum-expert", "pendulum-medium-expert", "pointmaze-stitch"]
+DATASETS = ["pendulum-medium", "pendulum-replay", "pendulum-learner", "pendulum-expert", "pendulum-medium-expert",
+            "pointmaze-stitch"]
 # Per-dataset settings, as the papers tune per domain: IQL on the sparse-reward stitch maze uses the
 # IQL paper's AntMaze values (expectile 0.9, beta 10) instead of its locomotion defaults (0.7, 3).
 EXTRA = {("iql", "pointmaze-stitch"): ["expectile=0.9", "beta=10.0"]}
