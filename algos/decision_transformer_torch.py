@@ -16,13 +16,14 @@ interleaved tokens and the masked action loss, padding invariance (a left-padded
 predicts the same actions at its real positions as the unpadded one) and causality (changing a
 later token leaves every earlier prediction unchanged), primary_target on hand numbers and on every
 dataset, a LayerNorm erasing a scalar token's scale (hand numbers) and the modality embeddings' init,
-bad input refused before a run directory is written, parity with the JAX twin (every module-level function, the loss gradients, the transformer
-on the same weights within 1e-5), a smoke run and the same figures twice with the same seed.
+bad input refused before a run directory is written, parity with the JAX twin (every module-level
+function, the loss gradients, the transformer on the same weights within 1e-5), a smoke run and the
+same figures twice with the same seed.
 Measured (docs/algorithms/decision_transformer.md; defaults, 5,000 gradient steps, seeds 1-5 of both
 twins, Intel Xeon, 2026-12-06; normalised, torch / JAX IQM, at primary_target): pendulum-medium 70.2 /
 68.8 and pendulum-replay 43.8 / 49.8 at target -400, against BC's 53.7 / 54.1 and 27.3 / 28.3: DT
-beats BC on every seed there, where until 2026-12-06 (GPT-2 init everywhere and a LayerNorm on the
-tokens, which erased the return token's scale) it tied BC; %BC (BC on the best 10%) still scores 88.5
+is ahead of BC on 19 of the 20 seed pairs, where until 2026-12-06 (GPT-2 init everywhere and a
+LayerNorm on the tokens, which erased the return token's scale) it tied BC; %BC (BC on the best 10%) still scores 88.5
 on medium. pendulum-medium-expert 97.6 / 98.1 at -150 (BC 72.5). pointmaze-stitch at target 1: 49.5 (the
 decoy) on every seed of both twins, it does not stitch start -> waypoint -> goal.
 Reproduce: python algos/decision_transformer_torch.py --seed 1

@@ -569,6 +569,15 @@ REGISTRY = [
     LearningSpec("algos/cql_jax.py", {"dataset": "pendulum-replay"}, threshold=80.0, seeds=(1, 2, 3, 4, 5),
                  metric="normalized_score", x_label="gradient steps", smooth=10,
                  note="issue 14: seeds 1-5 normalised 101.2-102.5 (IQM 101.7 [101.3, 102.5]); behaviour 24.5"),
+    # CQL, pendulum-medium, 6k gradient steps (2026-12-06, Intel Xeon). Seeds 1-5: torch 101.3 / 102.5 / 101.5 /
+    # 102.6 / 101.4, JAX 101.4 / 102.4 / 101.5 / 102.6 / 101.5; BC on the same seeds 41.4-66.1 (torch) and
+    # 43.3-68.7 (JAX), behaviour 47.3. Bar 80: above every BC seed by 11, 21 under the lowest CQL seed.
+    LearningSpec("algos/cql_torch.py", {"dataset": "pendulum-medium"}, threshold=80.0, seeds=(1, 2, 3, 4, 5),
+                 metric="normalized_score", x_label="gradient steps", smooth=10,
+                 note="issue 14: seeds 1-5 normalised 101.3/102.5/101.5/102.6/101.4 (BC 46.6/66.1/55.1/59.4/41.4)"),
+    LearningSpec("algos/cql_jax.py", {"dataset": "pendulum-medium"}, threshold=80.0, seeds=(1, 2, 3, 4, 5),
+                 metric="normalized_score", x_label="gradient steps", smooth=10,
+                 note="issue 14: seeds 1-5 normalised 101.4/102.4/101.5/102.6/101.5 (BC 51.7/68.7/56.1/54.4/43.3)"),
     # CQL --discrete on cartpole-random (uniformly random play, behaviour 21.5 = normalised 0), 6k gradient
     # steps: an offline policy far better than the data's, where BC copies the randomness. Seeds 1-5:
     # torch 73.8 / 45.1 / 32.5 / 65.7 / 74.1, JAX 80.0 / 40.5 / 65.8 / 72.3 / 81.1 (normalised); BC (JAX)
