@@ -17,7 +17,7 @@ paper's baseline: what selecting the data by its return is worth). BC is also th
 offline table: it accepts every dataset name.
 
 Verified (tests/): the cross-entropy and MSE losses and the tanh squashing on hand-computed numbers,
-the first-k-trajectories cut (dataset_prefix_size) and the best-returns cut (top_return_rows), bad
+the first-k-trajectories and best-returns cuts (training_rows), bad
 input (unknown dataset listing the valid ones, negative or too many episodes, a fraction outside
 (0, 1], zero sizes) refused before a run directory is written, parity
 with the JAX twin within 1e-5 (losses, their gradients, the policy network on the same weights), a
@@ -102,18 +102,14 @@ def greedy_actions(logits):
     return logits.argmax(-1)
 
 
-def dataset_prefix_size(bounds, episodes):
-    """Transitions in the first `episodes` trajectories of [(start, end)] (0 = every trajectory).
-    The dataset is stored trajectory after trajectory, so these are its first rows."""
-    return bounds[episodes - 1][1] if episodes else bounds[-1][1]
-
-
-def top_return_rows(bounds, rewards, fraction):
-    """Row indices of the ceil(fraction * N) trajectories of [(start, end)] with the highest
-    undiscounted returns, in data order (ties: the earlier trajectory). This is "%BC" (Chen et al.
-    2021, the Decision Transformer paper): BC on the best 10% of the trajectories. fraction 1: all rows."""
-    returns = np.array([rewards[start:end].sum() for start, end in bounds])
-    keep = np.sort(np.argsort(-returns, kind="stable")[:max(1, int(np.ceil(fraction * len(bounds) - 1e-9)))])
+def training_rows(bounds, returns, episodes, fraction):
+    """Row indices BC trains on, in data order: the first `episodes` trajectories of [(start, end)]
+    (0 = all of them; the dataset is stored trajectory after trajectory), and of those the
+    ceil(fraction * N) with the highest returns (ties: the earlier trajectory). fraction 0.1 is "%BC"
+    (Chen et al. 2021, the Decision Transformer paper): BC on the best 10% of the trajectories."""
+    bounds = bounds[:episodes] if episodes else bounds
+    best = np.argsort(-np.asarray(returns[:len(bounds)]), kind="stable")
+    keep = np.sort(best[:max(1, int(np.ceil(fraction * len(bounds) - 1e-9)))])
     return np.concatenate([np.arange(bounds[i][0], bounds[i][1]) for i in keep])
 
 
@@ -227,9 +223,8 @@ def train(args: Args) -> dict:
     # ---- the data: the first dataset_episodes trajectories (all with 0), of those the top_fraction with
     # the highest returns (all with 1), on the device
     data = offline_data.load_dataset(args.dataset)
-    bounds = offline_data.episode_bounds(data)
-    prefix = dataset_prefix_size(bounds, args.dataset_episodes)
-    rows = top_return_rows([(s, e) for s, e in bounds if e <= prefix], data["rewards"], args.top_fraction)
+    rows = training_rows(offline_data.episode_bounds(data), offline_data.episode_returns(data), args.dataset_episodes,
+                         args.top_fraction)
     size = len(rows)
     observations = torch.as_tensor(data["observations"][rows], device=device)
     actions = torch.as_tensor(data["actions"][rows], device=device)

@@ -43,27 +43,23 @@ def test_squash_stays_in_the_box(script):
 
 
 @pytest.mark.parametrize("script", TWINS)
-def test_dataset_prefix_size(script):
+def test_training_rows_by_hand(script):
     m = load_script(script)
     bounds = [(0, 3), (3, 5), (5, 9)]
-    assert [m.dataset_prefix_size(bounds, k) for k in (1, 2, 3, 0)] == [3, 5, 9, 9]
-
-
-@pytest.mark.parametrize("script", TWINS)
-def test_top_return_rows_by_hand(script):
-    m = load_script(script)
-    bounds = [(0, 3), (3, 5), (5, 9)]
-    # returns: 1 + 0 + 0 = 1 | 2 + 3 = 5 | 1 + 1 + 1 + 0 = 3
-    rewards = np.array([1, 0, 0, 2, 3, 1, 1, 1, 0], np.float32)
-    np.testing.assert_array_equal(m.top_return_rows(bounds, rewards, 1.0), np.arange(9))
+    returns = np.array([1.0, 5.0, 3.0])
+    # the first k trajectories (0 = all): rows [0, 3), [0, 5), [0, 9)
+    for k, end in ((1, 3), (2, 5), (3, 9), (0, 9)):
+        np.testing.assert_array_equal(m.training_rows(bounds, returns, k, 1.0), np.arange(end))
     # ceil(0.34 * 3) = 2 trajectories: returns 5 and 3, kept in data order
-    np.testing.assert_array_equal(m.top_return_rows(bounds, rewards, 0.34), [3, 4, 5, 6, 7, 8])
-    # ceil(0.1 * 3) = 1: the best one; a tie goes to the earlier trajectory
-    np.testing.assert_array_equal(m.top_return_rows(bounds, rewards, 0.1), [3, 4])
-    tied = np.array([1, 1, 0, 1, 1, 0, 0, 0, 1], np.float32)  # returns 2, 2, 1
-    np.testing.assert_array_equal(m.top_return_rows(bounds, tied, 0.3), [0, 1, 2])
+    np.testing.assert_array_equal(m.training_rows(bounds, returns, 0, 0.34), [3, 4, 5, 6, 7, 8])
+    # ceil(0.1 * 3) = 1: the best one
+    np.testing.assert_array_equal(m.training_rows(bounds, returns, 0, 0.1), [3, 4])
+    # within the first 2 trajectories (returns 1, 5), the better half: ceil(0.5 * 2) = 1 -> the second
+    np.testing.assert_array_equal(m.training_rows(bounds, returns, 2, 0.5), [3, 4])
+    tied = np.array([2.0, 2.0, 1.0])
+    np.testing.assert_array_equal(m.training_rows(bounds, tied, 0, 0.3), [0, 1, 2])  # a tie: the earlier
     # 0.5 of 3 is 1.5: rounded up to 2, never down to a single trajectory
-    np.testing.assert_array_equal(m.top_return_rows(bounds, tied, 0.5), [0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(m.training_rows(bounds, tied, 0, 0.5), [0, 1, 2, 3, 4])
 
 
 @pytest.mark.parametrize("script", TWINS)
