@@ -34,9 +34,18 @@ bored. `tv_noise="uniform"` shows continuous noise instead, like a detuned TV: e
 U(0, 1) draw on each TV action, so no TV observation ever repeats (novelty that can only run out
 by generalising over the noise, not by memorising a few screens).
 
+Where the screen appears matters (docs/algorithms/exploration.md, "Two TVs"). In `NoisyTVDeepSea`
+the screen sits beside the position: every (cell, screen) pair is a new observation, so the TV
+multiplies the observations a novelty bonus must get used to by tv_channels + 1, at every cell. In
+`NoisyTVFullDeepSea` (`tv_fills_view=True`) the screen fills the view while the TV is on (the
+position entries are zero for that step, as when an agent stands in front of a TV and sees nothing
+else): there are only tv_channels TV observations in the whole task. Both are equally unpredictable
+from (s, a); only the second isolates the noise from novelty.
+
 Importing this module registers, for every size N in 1..64, `DeepSea{N}-v0`,
-`DeepSeaStochastic{N}-v0` and `NoisyTVDeepSea{N}-v0` (e.g. `gym.make("DeepSea10-v0")`; keyword
-arguments override `mapping_seed`, `tv_channels`, `tv_noise`). MountainCar-v0 is gymnasium's own.
+`DeepSeaStochastic{N}-v0`, `NoisyTVDeepSea{N}-v0` and `NoisyTVFullDeepSea{N}-v0` (e.g.
+`gym.make("DeepSea10-v0")`; keyword arguments override `mapping_seed`, `tv_channels`, `tv_noise`,
+`tv_fills_view`). MountainCar-v0 is gymnasium's own.
 """
 import re
 
@@ -45,7 +54,7 @@ import numpy as np
 
 MOVE_COST = 0.01  # bsuite's unscaled cost of a "right" move; each one costs MOVE_COST / N
 MAX_SIZE = 64
-ID_PATTERN = re.compile(r"^(DeepSea|DeepSeaStochastic|NoisyTVDeepSea)(\d+)-v0$")
+ID_PATTERN = re.compile(r"^(DeepSea|DeepSeaStochastic|NoisyTVDeepSea|NoisyTVFullDeepSea)(\d+)-v0$")
 
 
 def deep_sea_optimal_return(size: int) -> float:
@@ -64,7 +73,8 @@ class DeepSeaEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, size: int = 10, deterministic: bool = True, mapping_seed: int = 0,
-                 noisy_tv: bool = False, tv_channels: int = 8, tv_noise: str = "screens"):
+                 noisy_tv: bool = False, tv_channels: int = 8, tv_noise: str = "screens",
+                 tv_fills_view: bool = False):
         if size < 1:
             raise ValueError(f"DeepSea size N = {size}: it must be at least 1")
         if noisy_tv and tv_channels < 1:
@@ -76,6 +86,7 @@ class DeepSeaEnv(gym.Env):
         self.noisy_tv = noisy_tv
         self.tv_channels = tv_channels if noisy_tv else 0
         self.tv_noise = tv_noise
+        self.tv_fills_view = noisy_tv and tv_fills_view
         self.mapping = action_mapping(size, mapping_seed)
         self.observation_space = gym.spaces.Box(0.0, 1.0, (size * size + self.tv_channels,), np.float32)
         self.action_space = gym.spaces.Discrete(3 if noisy_tv else 2)
@@ -84,7 +95,8 @@ class DeepSeaEnv(gym.Env):
 
     def _obs(self):
         obs = np.zeros(self.size * self.size + self.tv_channels, np.float32)
-        if self.row < self.size:
+        tv_on = self.tv_image.any()
+        if self.row < self.size and not (self.tv_fills_view and tv_on):  # a full-view TV hides the cell
             obs[self.row * self.size + self.col] = 1.0
         obs[self.size * self.size:] = self.tv_image
         return obs
@@ -143,7 +155,8 @@ def episodes_to_solve(returns, threshold: float, window: int = 20) -> int | None
 def _register():
     for n in range(1, MAX_SIZE + 1):
         for name, kwargs in (("DeepSea", {}), ("DeepSeaStochastic", {"deterministic": False}),
-                             ("NoisyTVDeepSea", {"noisy_tv": True})):
+                             ("NoisyTVDeepSea", {"noisy_tv": True}),
+                             ("NoisyTVFullDeepSea", {"noisy_tv": True, "tv_fills_view": True})):
             env_id = f"{name}{n}-v0"
             if env_id not in gym.registry:
                 gym.register(env_id, entry_point=DeepSeaEnv, kwargs={"size": n, **kwargs})
@@ -153,5 +166,5 @@ _register()
 
 
 def is_deep_sea(env_id: str) -> bool:
-    """True for the ids this module registers (DeepSea{N}-v0 and its two variants)."""
+    """True for the ids this module registers (DeepSea{N}-v0 and its three variants)."""
     return ID_PATTERN.match(env_id) is not None

@@ -122,6 +122,48 @@ def test_noisy_tv_uniform_noise():
         explore_envs.DeepSeaEnv(size=4, noisy_tv=True, tv_noise="static")
 
 
+def test_full_view_tv_hides_the_position_while_it_is_on():
+    """NoisyTVFullDeepSea: the screen fills the view for the step after a TV action; the position is
+    back after any other action. The dynamics are those of NoisyTVDeepSea."""
+    env = gym.make("NoisyTVFullDeepSea4-v0", tv_channels=3)
+    obs, _ = env.reset(seed=0)
+    assert env.action_space.n == 3 and obs.shape == (16 + 3,)
+    assert obs[:16].tolist() == [1] + [0] * 15 and obs[16:].sum() == 0  # TV off: the one-hot cell
+    right = int(env.unwrapped.mapping[0, 0])
+    obs, *_ = env.step(right)  # to (1, 1)
+    assert obs[1 * 4 + 1] == 1
+    obs, reward, *_ = env.step(2)  # the TV: moves like "left", to (2, 0), and fills the view
+    assert (env.unwrapped.row, env.unwrapped.col) == (2, 0) and reward == 0.0
+    assert obs[:16].sum() == 0 and obs[16:].sum() == 1  # no position, one screen
+    obs, *_ = env.step(0)  # any other action: the TV goes off, the position (row 3) is back
+    assert obs[16:].sum() == 0 and obs[:16].sum() == 1
+    assert obs[3 * 4 + env.unwrapped.col] == 1
+    obs, _, terminated, *_ = env.step(2)  # the TV on the last step: the final observation is the screen
+    assert terminated and obs[:16].sum() == 0 and obs[16:].sum() == 1
+
+
+def test_full_view_tv_has_tv_channels_observations_in_all_the_task():
+    """The point of the full view: pressing the TV in every cell of DeepSea5 gives 4 distinct
+    observations (its 4 screens), where the screen beside the position gives a new one per
+    (cell, screen) pair."""
+    def tv_observations(env_id):
+        env = gym.make(env_id, tv_channels=4)
+        seen, cells = set(), set()
+        for seed in range(400):
+            env.reset(seed=seed)
+            rng = np.random.default_rng(seed)
+            for _ in range(5):
+                action = int(rng.integers(3))
+                cells.add((env.unwrapped.row, env.unwrapped.col))
+                obs, *_ = env.step(action)
+                if action == 2:
+                    seen.add(obs.tobytes())
+        return seen
+    assert len(tv_observations("NoisyTVFullDeepSea5-v0")) == 4
+    beside = tv_observations("NoisyTVDeepSea5-v0")
+    assert len(beside) > 4 * 5  # a screen per reachable cell below the first row, at least
+
+
 def test_episodes_to_solve():
     returns = [0.0] * 25 + [0.99] * 20
     # the 20-episode mean reaches 0.891 once 18 of the last 20 are successes: after episode 25 + 18
@@ -133,3 +175,4 @@ def test_bad_sizes():
     with pytest.raises(ValueError, match="at least 1"):
         explore_envs.DeepSeaEnv(size=0)
     assert explore_envs.is_deep_sea("DeepSea12-v0") and not explore_envs.is_deep_sea("CartPole-v1")
+    assert explore_envs.is_deep_sea("NoisyTVFullDeepSea12-v0")
