@@ -28,7 +28,9 @@ on JAX seeds 1-5, while --bonus-scale 0 (entropy-only PPO) never reached the tre
 torch, seed 1 JAX). NoisyTVDeepSea12-v0, torch seeds 1-5: distracted, solved on none; the TV takes
 25-29% of the actions at the end (69-75% with --features random, seeds 1-3; 54% without
 curiosity, seed 1). NoisyTVFullDeepSea12-v0 (the screen fills the view), seeds 1-10 of both twins:
-solved on none, curiosity 1.1-2.0 per step at the end (RND solves all 20).
+solved on none, curiosity 1.1-2.0 per step at the end (RND solves all 20). A deterministic
+one-screen TV, beside or filling the view, is not solved either (JAX, seeds 1-5): the noise is not
+isolated as the cause.
 Reproduce: python algos/icm_torch.py --seed 1
 """
 import os
