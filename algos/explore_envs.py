@@ -34,7 +34,7 @@ bored. `tv_noise="uniform"` shows continuous noise instead, like a detuned TV: e
 U(0, 1) draw on each TV action, so no TV observation ever repeats (novelty that can only run out
 by generalising over the noise, not by memorising a few screens).
 
-Where the screen appears matters (docs/algorithms/exploration.md, "Two TVs"). In `NoisyTVDeepSea`
+Where the screen appears matters (docs/algorithms/exploration.md, "The noisy TV"). In `NoisyTVDeepSea`
 the screen sits beside the position: every (cell, screen) pair is a new observation, so the TV
 multiplies the observations a novelty bonus must get used to by tv_channels + 1, at every cell. In
 `NoisyTVFullDeepSea` (`tv_fills_view=True`) the screen fills the view while the TV is on (the
@@ -42,10 +42,16 @@ position entries are zero for that step, as when an agent stands in front of a T
 else): there are only tv_channels TV observations in the whole task. Both are equally unpredictable
 from (s, a); only the second isolates the noise from novelty.
 
+Two more ids, for the experiment that separates the TV's noise from the extra action: in
+`NoisyTVUniformDeepSea` the screen beside the position is continuous noise (`tv_noise="uniform"`);
+in `NoisyTVOneScreenDeepSea` (`tv_channels=1`) the TV has a single screen, so the third action is
+as free as in the others but nothing about it is random: the control.
+
 Importing this module registers, for every size N in 1..64, `DeepSea{N}-v0`,
-`DeepSeaStochastic{N}-v0`, `NoisyTVDeepSea{N}-v0` and `NoisyTVFullDeepSea{N}-v0` (e.g.
-`gym.make("DeepSea10-v0")`; keyword arguments override `mapping_seed`, `tv_channels`, `tv_noise`,
-`tv_fills_view`). MountainCar-v0 is gymnasium's own.
+`DeepSeaStochastic{N}-v0` and the four TV variants `NoisyTVDeepSea{N}-v0`, `NoisyTVFullDeepSea{N}-v0`,
+`NoisyTVUniformDeepSea{N}-v0`, `NoisyTVOneScreenDeepSea{N}-v0` (e.g. `gym.make("DeepSea10-v0")`;
+keyword arguments override `mapping_seed`, `tv_channels`, `tv_noise`, `tv_fills_view`).
+MountainCar-v0 is gymnasium's own.
 """
 import re
 
@@ -54,7 +60,15 @@ import numpy as np
 
 MOVE_COST = 0.01  # bsuite's unscaled cost of a "right" move; each one costs MOVE_COST / N
 MAX_SIZE = 64
-ID_PATTERN = re.compile(r"^(DeepSea|DeepSeaStochastic|NoisyTVDeepSea|NoisyTVFullDeepSea)(\d+)-v0$")
+VARIANTS = {  # id prefix -> DeepSeaEnv keyword arguments
+    "DeepSea": {},
+    "DeepSeaStochastic": {"deterministic": False},
+    "NoisyTVDeepSea": {"noisy_tv": True},                                         # 8 screens beside the position
+    "NoisyTVFullDeepSea": {"noisy_tv": True, "tv_fills_view": True},              # 8 screens filling the view
+    "NoisyTVUniformDeepSea": {"noisy_tv": True, "tv_noise": "uniform"},           # U(0, 1) noise beside the position
+    "NoisyTVOneScreenDeepSea": {"noisy_tv": True, "tv_channels": 1},              # the control: one fixed screen
+}
+ID_PATTERN = re.compile(r"^(" + "|".join(VARIANTS) + r")(\d+)-v0$")
 
 
 def deep_sea_optimal_return(size: int) -> float:
@@ -154,9 +168,7 @@ def episodes_to_solve(returns, threshold: float, window: int = 20) -> int | None
 
 def _register():
     for n in range(1, MAX_SIZE + 1):
-        for name, kwargs in (("DeepSea", {}), ("DeepSeaStochastic", {"deterministic": False}),
-                             ("NoisyTVDeepSea", {"noisy_tv": True}),
-                             ("NoisyTVFullDeepSea", {"noisy_tv": True, "tv_fills_view": True})):
+        for name, kwargs in VARIANTS.items():
             env_id = f"{name}{n}-v0"
             if env_id not in gym.registry:
                 gym.register(env_id, entry_point=DeepSeaEnv, kwargs={"size": n, **kwargs})
@@ -166,5 +178,5 @@ _register()
 
 
 def is_deep_sea(env_id: str) -> bool:
-    """True for the ids this module registers (DeepSea{N}-v0 and its three variants)."""
+    """True for the ids this module registers (DeepSea{N}-v0 and its variants)."""
     return ID_PATTERN.match(env_id) is not None

@@ -28,9 +28,10 @@ on JAX seeds 1-5, while --bonus-scale 0 (entropy-only PPO) never reached the tre
 torch, seed 1 JAX). NoisyTVDeepSea12-v0, torch seeds 1-5: distracted, solved on none; the TV takes
 25-29% of the actions at the end (69-75% with --features random, seeds 1-3; 54% without
 curiosity, seed 1). NoisyTVFullDeepSea12-v0 (the screen fills the view), seeds 1-10 of both twins:
-solved on none, curiosity 1.1-2.0 per step at the end (RND solves all 20). A deterministic
-one-screen TV, beside or filling the view, is not solved either (JAX, seeds 1-5): the noise is not
-isolated as the cause.
+solved on none, curiosity 1.1-2.0 per step at the end (RND solves all 20); a one-screen TV fails
+too, at size 12 with or without noise. Size 8, seeds 1-5 of both twins: NoisyTVOneScreenDeepSea8-v0
+(no noise) solved on 5 of 5, NoisyTVUniformDeepSea8-v0 (fresh noise) on 0 of 5, the TV taking 76-99%
+of the late actions: captured by the noise (RND solves 9 of 10 per twin there).
 Reproduce: python algos/icm_torch.py --seed 1
 """
 import os
@@ -47,7 +48,7 @@ import torch.nn as nn
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
-import explore_envs  # registers DeepSea{N}-v0, DeepSeaStochastic{N}-v0, NoisyTV[Full]DeepSea{N}-v0
+import explore_envs  # registers DeepSea{N}-v0, DeepSeaStochastic{N}-v0 and the NoisyTV*DeepSea{N}-v0 variants
 
 
 @dataclass
@@ -57,7 +58,7 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "DeepSea12-v0"
-    """gymnasium environment id (discrete actions): DeepSea{N}-v0, DeepSeaStochastic{N}-v0, NoisyTV[Full]DeepSea{N}-v0, MountainCar-v0"""
+    """gymnasium environment id (discrete actions): DeepSea{N}-v0, DeepSeaStochastic{N}-v0, NoisyTV*DeepSea{N}-v0, MountainCar-v0"""
     total_timesteps: int = 200_000
     """total environment steps, summed over the vector envs"""
     num_envs: int = 8
@@ -113,7 +114,7 @@ SMOKE_ARGS = dict(env_id="NoisyTVDeepSea5-v0", total_timesteps=2048, num_envs=4,
                   save_model=True, eval_episodes=2)
 
 FEATURES = ("inverse", "random", "identity")
-DEEP_SEA_ID = re.compile(r"^(DeepSea|DeepSeaStochastic|NoisyTVDeepSea|NoisyTVFullDeepSea)(-?\d+)-v0$")
+DEEP_SEA_ID = re.compile(r"^(DeepSea|DeepSeaStochastic|NoisyTVDeepSea|NoisyTVFullDeepSea|NoisyTVUniformDeepSea|NoisyTVOneScreenDeepSea)(-?\d+)-v0$")
 
 
 # ----------------------------------------------------------------------------- pure math

@@ -18,7 +18,8 @@ Measured (docs/algorithms/rnd.md): DeepSea12-v0, 81,920 steps (6,824 episodes), 
 JAX seeds 1, 4, 5 (seeds 2 and 3 found the treasure by chance and reached 0.99). DeepSea16-v0 at
 163,840 steps: 0.99 on seeds 1-5 of both twins, --bonus-scale 0 on none. Noisy TV filling the
 view (NoisyTVFullDeepSea12-v0): seeds 1-10 of both twins solve it and then give the TV under 0.1% of
-their late actions (ICM: 0 of 20). With the screen beside the position (NoisyTVDeepSea12-v0) 5 of 10
+their late actions (ICM: 0 of 20); fresh noise beside the position (NoisyTVUniformDeepSea8-v0, the
+TV that captures ICM): 9 of 10 seeds per twin solve and ignore it. With the screen beside the position (NoisyTVDeepSea12-v0) 5 of 10
 torch and 1 of 10 JAX seeds solve; the others settle at TV / (TV + left) near 8/9, where a count-like
 bonus balances over the TV's 8 extra observations per cell. MountainCar-v0 (dense -1 reward) with --norm-adv-per-head, 409,600 steps,
 seeds 1-5: every run ends between -101 and -119 (the bar: -150) in both twins; with the paper's
@@ -42,7 +43,7 @@ import optax
 import tyro
 from tensorboardX import SummaryWriter
 
-import explore_envs  # registers DeepSea{N}-v0, DeepSeaStochastic{N}-v0, NoisyTV[Full]DeepSea{N}-v0
+import explore_envs  # registers DeepSea{N}-v0, DeepSeaStochastic{N}-v0 and the NoisyTV*DeepSea{N}-v0 variants
 
 
 @dataclass
@@ -52,7 +53,7 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "DeepSea12-v0"
-    """gymnasium environment id (discrete actions): DeepSea{N}-v0, NoisyTV[Full]DeepSea{N}-v0, MountainCar-v0, ..."""
+    """gymnasium environment id (discrete actions): DeepSea{N}-v0, NoisyTV*DeepSea{N}-v0, MountainCar-v0, ..."""
     total_timesteps: int = 81_920
     """total environment steps, summed over the vector envs (the normaliser's warm-up steps not counted)"""
     num_envs: int = 8
@@ -305,10 +306,10 @@ def check_args(args):
     if not 0.0 < args.update_proportion <= 1.0:
         raise ValueError(f"update_proportion = {args.update_proportion}: it must be in (0, 1]")
     match = explore_envs.ID_PATTERN.match(args.env_id)
-    if args.env_id.startswith(("DeepSea", "NoisyTVDeepSea", "NoisyTVFullDeepSea")) and (
+    if args.env_id.startswith(("DeepSea", "NoisyTV")) and (
             match is None or not 1 <= int(match.group(2)) <= explore_envs.MAX_SIZE):
         raise ValueError(f"{args.env_id}: DeepSea ids are DeepSea{{N}}-v0, DeepSeaStochastic{{N}}-v0 "
-                         f"or NoisyTV[Full]DeepSea{{N}}-v0 with 1 <= N <= {explore_envs.MAX_SIZE}")
+                         f"or NoisyTV*DeepSea{{N}}-v0 (algos/explore_envs.py) with 1 <= N <= {explore_envs.MAX_SIZE}")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "

@@ -515,6 +515,34 @@ REGISTRY = [
                  threshold=16_641, metric="episodes_to_solve", seeds=(1, 2, 3, 4, 5),
                  at_most={"final_mean_return": 0.2},
                  note="issue 15: seeds 1-10 never solved the full-view TV (final <= 0); see docs/algorithms/icm.md"),
+    # Fresh noise beside the position, at a size where ICM solves the noiseless control (DeepSea8, 200k steps =
+    # 24,960 episodes for ICM; RND at its default 81,920 = 10,240 episodes; docs/algorithms/exploration.md).
+    # NoisyTVOneScreenDeepSea8 (a free third action with one fixed screen): ICM solves seeds 1-5 of both twins
+    # (torch after 13,761-17,990 episodes, JAX 14,704-17,557), curiosity 0.000-0.001 per step at the end.
+    # NoisyTVUniformDeepSea8 (the same TV showing fresh U(0, 1) noise): ICM solves none of seeds 1-5 in
+    # either twin, watches 76-92% (torch) / 77-99% (JAX) of the time, curiosity 0.24-0.32 at the end.
+    # RND on the same noise: seeds 1-10 solve 9 of 10 in each twin (torch seed 3, JAX seed 1 do not), so 8
+    # of 10 are asked, with the TV under 2% of the late actions (measured 0.02-0.78% on the solved seeds).
+    LearningSpec("algos/icm_torch.py", {"env_id": "NoisyTVOneScreenDeepSea8-v0", "total_timesteps": 200_000},
+                 threshold=0.5, seeds=(1, 2, 3, 4, 5), min_passing=4,
+                 note="issue 15: the noiseless control; torch seeds 1-5 final 0.94-0.99, solved after 13,761-17,990 episodes"),
+    LearningSpec("algos/icm_jax.py", {"env_id": "NoisyTVOneScreenDeepSea8-v0", "total_timesteps": 200_000},
+                 threshold=0.5, seeds=(1, 2, 3, 4, 5), min_passing=4,
+                 note="issue 15: the noiseless control; JAX seeds 1-5 final 0.94-0.99, solved after 14,704-17,557 episodes"),
+    LearningSpec("algos/icm_torch.py", {"env_id": "NoisyTVUniformDeepSea8-v0", "total_timesteps": 200_000},
+                 threshold=24_961, metric="episodes_to_solve", seeds=(1, 2, 3, 4, 5),
+                 at_most={"final_mean_return": 0.2},
+                 note="issue 15: distracted by fresh noise: torch seeds 1-5 never solved, TV 76-92% of late actions"),
+    LearningSpec("algos/icm_jax.py", {"env_id": "NoisyTVUniformDeepSea8-v0", "total_timesteps": 200_000},
+                 threshold=24_961, metric="episodes_to_solve", seeds=(1, 2, 3, 4, 5),
+                 at_most={"final_mean_return": 0.2},
+                 note="issue 15: distracted by fresh noise: JAX seeds 1-5 never solved, TV 77-99% of late actions"),
+    LearningSpec("algos/rnd_torch.py", {"env_id": "NoisyTVUniformDeepSea8-v0"},
+                 threshold=0.5, seeds=tuple(range(1, 11)), min_passing=8, at_most={"tv_fraction": 0.02},
+                 note="issue 15: torch seeds 1-10 solved 9 (final 0.94-0.99, TV 0.02-0.78%); seed 3 watched 84%"),
+    LearningSpec("algos/rnd_jax.py", {"env_id": "NoisyTVUniformDeepSea8-v0"},
+                 threshold=0.5, seeds=tuple(range(1, 11)), min_passing=8, at_most={"tv_fraction": 0.02},
+                 note="issue 15: JAX seeds 1-10 solved 9 (final 0.99, TV 0.03-0.26%); seed 1 watched 86%"),
     # --- issue 15 (add above this line) ---
     # Issue 14: imitation and offline RL (docs/algorithms/offline.md). Offline specs are named by their
     # dataset; the metric is D4RL's normalised score of the last evaluation (algos/offline_data.py).

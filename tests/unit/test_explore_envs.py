@@ -164,6 +164,31 @@ def test_full_view_tv_has_tv_channels_observations_in_all_the_task():
     assert len(beside) > 4 * 5  # a screen per reachable cell below the first row, at least
 
 
+def test_registered_tv_variants():
+    """Each TV id is DeepSeaEnv with its documented arguments: NoisyTVUniform shows fresh U(0, 1)
+    noise beside the position; NoisyTVOneScreen (the control) lights the same single screen every
+    time, so nothing about its TV is random."""
+    assert set(explore_envs.VARIANTS) == {"DeepSea", "DeepSeaStochastic", "NoisyTVDeepSea", "NoisyTVFullDeepSea",
+                                          "NoisyTVUniformDeepSea", "NoisyTVOneScreenDeepSea"}
+    env = gym.make("NoisyTVUniformDeepSea4-v0")
+    env.reset(seed=0)
+    first, *_ = env.step(2)
+    second, *_ = env.step(2)
+    assert first[:16].sum() == 1 and second[:16].sum() == 1  # the position stays visible
+    assert 0 < first[16:].min() and first[16:].max() < 1 and not np.allclose(first[16:], second[16:])
+    env = gym.make("NoisyTVOneScreenDeepSea4-v0")
+    seen = set()
+    for seed in range(20):
+        env.reset(seed=seed)
+        obs, reward, *_ = env.step(2)
+        assert obs.shape == (17,) and obs[16] == 1 and obs[:16].sum() == 1 and reward == 0.0
+        seen.add(obs.tobytes())
+    assert len(seen) == 1  # the TV from the top-left cell: one observation, whatever the seed
+    for env_id in ("NoisyTVUniformDeepSea64-v0", "NoisyTVOneScreenDeepSea1-v0"):
+        assert explore_envs.is_deep_sea(env_id) and env_id in gym.registry
+    assert "NoisyTVOneScreenDeepSea65-v0" not in gym.registry  # sizes 1..64 only
+
+
 def test_episodes_to_solve():
     returns = [0.0] * 25 + [0.99] * 20
     # the 20-episode mean reaches 0.891 once 18 of the last 20 are successes: after episode 25 + 18
