@@ -104,7 +104,7 @@ SMOKE_ARGS = dict(env_id="DeepSea5-v0", total_timesteps=1024, num_envs=4, num_st
                   eval_episodes=2)
 
 # A DeepSea id with any integer size, so that N < 1 is named as such (explore_envs registers 1..64).
-DEEP_SEA_ANY_SIZE = re.compile(r"^(DeepSea|DeepSeaStochastic|NoisyTVDeepSea|NoisyTVFullDeepSea|NoisyTVUniformDeepSea|NoisyTVOneScreenDeepSea)(-?\d+)-v0$")
+DEEP_SEA_ANY_SIZE = re.compile(r"^(" + "|".join(explore_envs.VARIANTS) + r")(-?\d+)-v0$")
 MOUNTAIN_CAR_SOLVED = -150.0  # MountainCar-v0 "solved": the flag within 150 steps, 20-episode mean
 
 

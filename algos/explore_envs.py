@@ -39,8 +39,9 @@ the screen sits beside the position: every (cell, screen) pair is a new observat
 multiplies the observations a novelty bonus must get used to by tv_channels + 1, at every cell. In
 `NoisyTVFullDeepSea` (`tv_fills_view=True`) the screen fills the view while the TV is on (the
 position entries are zero for that step, as when an agent stands in front of a TV and sees nothing
-else): there are only tv_channels TV observations in the whole task. Both are equally unpredictable
-from (s, a); only the second isolates the noise from novelty.
+else): there are only tv_channels TV observations in the whole task, so the TV adds no novelty per
+cell; but the step after it becomes unpredictable too (the cell reappears from a view that did not
+show it), whatever the screens.
 
 Two more ids, for the experiment that separates the TV's noise from the extra action: in
 `NoisyTVUniformDeepSea` the screen beside the position is continuous noise (`tv_noise="uniform"`);

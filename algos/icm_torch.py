@@ -114,7 +114,7 @@ SMOKE_ARGS = dict(env_id="NoisyTVDeepSea5-v0", total_timesteps=2048, num_envs=4,
                   save_model=True, eval_episodes=2)
 
 FEATURES = ("inverse", "random", "identity")
-DEEP_SEA_ID = re.compile(r"^(DeepSea|DeepSeaStochastic|NoisyTVDeepSea|NoisyTVFullDeepSea|NoisyTVUniformDeepSea|NoisyTVOneScreenDeepSea)(-?\d+)-v0$")
+DEEP_SEA_ID = re.compile(r"^(" + "|".join(explore_envs.VARIANTS) + r")(-?\d+)-v0$")
 
 
 # ----------------------------------------------------------------------------- pure math

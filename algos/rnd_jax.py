@@ -19,9 +19,10 @@ JAX seeds 1, 4, 5 (seeds 2 and 3 found the treasure by chance and reached 0.99).
 163,840 steps: 0.99 on seeds 1-5 of both twins, --bonus-scale 0 on none. Noisy TV filling the
 view (NoisyTVFullDeepSea12-v0): seeds 1-10 of both twins solve it and then give the TV under 0.1% of
 their late actions (ICM: 0 of 20); fresh noise beside the position (NoisyTVUniformDeepSea8-v0, the
-TV that captures ICM): 9 of 10 seeds per twin solve and ignore it. With the screen beside the position (NoisyTVDeepSea12-v0) 5 of 10
-torch and 1 of 10 JAX seeds solve; the others settle at TV / (TV + left) near 8/9, where a count-like
-bonus balances over the TV's 8 extra observations per cell. MountainCar-v0 (dense -1 reward) with --norm-adv-per-head, 409,600 steps,
+TV that captures ICM): 9 of 10 seeds per twin solve and ignore it. With 8 screens beside the
+position (NoisyTVDeepSea12-v0) 5 of 10 torch and 1 of 10 JAX seeds solve; the others settle at
+TV / (TV + left) near 8/9, where a count-like bonus balances over the TV's 8 extra observations per
+cell. MountainCar-v0 (dense -1 reward) with --norm-adv-per-head, 409,600 steps,
 seeds 1-5: every run ends between -101 and -119 (the bar: -150) in both twins; with the paper's
 combined advantages 3 of 5 JAX seeds.
 Reproduce: python algos/rnd_jax.py --seed 1

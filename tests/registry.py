@@ -495,7 +495,7 @@ REGISTRY = [
                  at_most={"final_mean_return": 0.2}, tag="noisy_tv",
                  note="issue 15: JAX seeds 1-5 never solved the noisy-TV variant (final <= 0.045, tv_fraction 0.24-0.29; 22 s each); see docs/algorithms/icm.md"),
     # The full-view noisy TV (NoisyTVFullDeepSea12: the screen fills the view while the TV is on, so the
-    # TV adds 8 observations to the task, not 8 per cell; docs/algorithms/exploration.md, "Two TVs").
+    # TV adds 8 observations to the task, not 8 per cell; docs/algorithms/exploration.md, "The noisy TV").
     # There RND is not distracted: seeds 1-10 of both twins solve it (torch after 1,572-2,836 episodes,
     # JAX 1,848-4,018) and spend 0.00-0.08% of their late actions on the TV. ICM, at its own budget, solves
     # it on none of seeds 1-10 of either twin (curiosity 1.1-2.0 per step at the end); a one-screen
