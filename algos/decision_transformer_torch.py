@@ -23,9 +23,10 @@ Measured (docs/algorithms/decision_transformer.md; defaults, 5,000 gradient step
 twins, Intel Xeon, 2026-12-06; normalised, torch / JAX IQM, at primary_target): pendulum-medium 70.2 /
 68.8 and pendulum-replay 43.8 / 49.8 at target -400, against BC's 53.7 / 54.1 and 27.3 / 28.3: DT
 is ahead of BC on 19 of the 20 seed pairs, where until 2026-12-06 (GPT-2 init everywhere and a
-LayerNorm on the tokens, which erased the return token's scale) it tied BC; %BC (BC on the best 10%) still scores 88.5
-on medium. pendulum-medium-expert 97.6 / 98.1 at -150 (BC 72.5). pointmaze-stitch at target 1: 49.5 (the
-decoy) on every seed of both twins, it does not stitch start -> waypoint -> goal.
+LayerNorm on the tokens, which erased the return token's scale) it tied BC; %BC (BC on the best
+10%) still scores 88.5 on medium. pendulum-medium-expert 97.6 / 98.1 at -150 (BC 72.5).
+pointmaze-stitch at target 1: 49.5 (the decoy) on every seed of both twins, it does not stitch
+start -> waypoint -> goal.
 Reproduce: python algos/decision_transformer_torch.py --seed 1
 """
 import os
