@@ -1,9 +1,9 @@
 """Tier 2 for MuZero: on identical inputs the twins' value transform and its inverse, the two-hot
 projection and its expectation, latent scaling, the gradient scaler (values and gradients), n-step
 targets over windows with terminations and truncations, the MuZero loss (values and gradients with
-respect to every logit), PUCT scores, the min-max normalisation and the visit-count policy agree
-within 1e-5; and the two searches (our MCTS, mctx with min_max_qtransform) return the same visit
-counts and root values for the same random model without root noise."""
+respect to every logit), PUCT scores, the min-max normalisation, the visit-count policy and the
+observation scaling agree within 1e-5; and the two searches (our MCTS, mctx with min_max_qtransform)
+return the same visit counts and root values for the same random model without root noise."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -117,6 +117,20 @@ def test_puct_normalise_and_visit_policy_parity(twins, data):
         close(pt.visit_policy(T(data["counts"]), temperature), jx.visit_policy(data["counts"], temperature))
     for progress in (0.1, 0.6, 0.8):
         assert pt.temperature_schedule(progress) == jx.temperature_schedule(progress)
+
+
+def test_obs_scaling_parity(twins):
+    """Host-side numpy in both twins: the same (centre, half_width) for bounded, one-sided and
+    unbounded entries, and the same as the declared bounds of CartPole-v1 give."""
+    pt, jx = twins
+    rng = np.random.default_rng(0)
+    low = rng.uniform(-5, 0, 8).astype(np.float32)
+    high = rng.uniform(0.1, 5, 8).astype(np.float32)
+    low[[1, 4]], high[[1, 6]] = -np.inf, np.inf
+    for a, b in zip(pt.obs_scaling(low, high), jx.obs_scaling(low, high)):
+        np.testing.assert_array_equal(a, b)
+    bounded = np.isfinite(low) & np.isfinite(high)
+    np.testing.assert_allclose(pt.obs_scaling(low, high)[1][bounded], ((high - low) / 2)[bounded], rtol=1e-6)
 
 
 def test_searches_agree_on_a_random_model(twins):

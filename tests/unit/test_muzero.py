@@ -1,8 +1,9 @@
 """Tier 1 for MuZero: the worked problem "MuZero: the value transform, two-hot targets and a search
 on a known tree" (docs/algorithms/muzero.md) by hand -- h and its inverse, the two-hot projection,
 n-step targets across a termination and a truncation, PUCT scores, the min-max normalisation, the
-visit-count temperature -- an MCTS with a perfect model of a depth-2 tree that must see past an
-immediate-reward bait, and bad input; every check in both twins, through the scripts' own functions."""
+visit-count temperature, the observation scaling (the true last observation scaled too) -- an MCTS
+with a perfect model of a depth-2 tree that must see past an immediate-reward bait, and bad input;
+every check in both twins, through the scripts' own functions."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -142,6 +143,51 @@ def test_mcts_with_a_perfect_model_sees_past_the_bait(script):
     np.testing.assert_array_equal(visits, [[37, 13], [37, 13]])
     assert (visits.argmax(-1) == 0).all()   # action 0: return 5, not the bait's 1
     np.testing.assert_allclose(np.asarray(root_value), [3.490196, 3.490196], atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- observation scaling
+@pytest.mark.parametrize("script", TWINS)
+def test_obs_scaling_by_hand(script):
+    m = load_script(script)
+    inf = np.inf
+    # CartPole-v1's declared bounds: x +-4.8, theta +-0.41887903 rad, velocities unbounded
+    low = np.array([-4.8, -inf, -0.41887903, -inf], dtype=np.float32)
+    centre, half_width = m.obs_scaling(low, -low)
+    np.testing.assert_array_equal(centre, [0.0, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(half_width, [4.8, 1.0, 0.41887903, 1.0], rtol=1e-7)
+    # asymmetric, one-sided and degenerate bounds: [0, 10] -> centre 5, half-width 5 (7.5 maps to 0.5);
+    # [2, inf), (-inf, 3] and [1, 1] pass unchanged (no division by a zero width)
+    centre, half_width = m.obs_scaling(np.array([0.0, 2.0, -inf, 1.0], np.float32),
+                                       np.array([10.0, inf, 3.0, 1.0], np.float32))
+    np.testing.assert_array_equal(centre, [5.0, 0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(half_width, [5.0, 1.0, 1.0, 1.0])
+    np.testing.assert_allclose((np.array([7.5, 4.0, -2.0, 1.0]) - centre) / half_width, [0.5, 4.0, -2.0, 1.0])
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_scaled_envs_scale_every_observation_and_the_final_one(script):
+    """The same seeds and actions through make_envs with and without scale_obs: every observation,
+    the true last ones in infos["final_obs"] included, is the raw one divided by (4.8, 1, 0.419, 1);
+    the pole angle of a terminated episode's last observation is past 0.2095 rad, i.e. 0.5 scaled."""
+    m = load_script(script)
+    raw_envs, scaled_envs = m.make_envs("CartPole-v1", 3, scale_obs=False), m.make_envs("CartPole-v1", 3)
+    half_width = np.array([4.8, 1.0, 0.41887903, 1.0], dtype=np.float32)
+    np.testing.assert_allclose(scaled_envs.single_observation_space.high[[0, 2]], [1.0, 1.0], rtol=1e-6)
+    raw, _ = raw_envs.reset(seed=3)
+    scaled, _ = scaled_envs.reset(seed=3)
+    rng, finals = np.random.default_rng(0), 0
+    for _ in range(60):
+        np.testing.assert_allclose(scaled, raw / half_width, rtol=1e-6)
+        actions = rng.integers(0, 2, 3)
+        raw, _, terminated, _, raw_info = raw_envs.step(actions)
+        scaled, _, _, _, scaled_info = scaled_envs.step(actions)
+        for i in np.flatnonzero(terminated):
+            np.testing.assert_allclose(scaled_info["final_obs"][i], raw_info["final_obs"][i] / half_width, rtol=1e-6)
+            assert max(abs(scaled_info["final_obs"][i][0]), abs(scaled_info["final_obs"][i][2])) > 0.5
+            finals += 1
+    assert finals >= 3  # random play ends several episodes in 60 steps
+    raw_envs.close()
+    scaled_envs.close()
 
 
 # ----------------------------------------------------------------------------- bad input
