@@ -143,9 +143,10 @@ def support_to_scalar(logits, support_size):
 def obs_scaling(low, high):
     """Per-entry (centre, half_width) that map an observation entry with finite bounds [low, high] onto
     [-1, 1] as (obs - centre) / half_width; an unbounded (or degenerate, low = high) entry gets centre 0
-    and half-width 1 (it passes unchanged). Host-side numpy, the same in both twins. CartPole-v1 declares x in +-4.8 and theta in
-    +-0.419 rad (twice its termination limits) and leaves both velocities unbounded: raw, the angle the
-    policy must read spans one eleventh of the position's range; scaled, the same range."""
+    and half-width 1 (it passes unchanged). Host-side numpy, the same in both twins. CartPole-v1
+    declares x in +-4.8 and theta in +-0.419 rad (twice its termination limits) and leaves both
+    velocities unbounded: raw, the angle the policy must read spans one eleventh of the position's
+    range; scaled, the same range."""
     bounded = np.isfinite(low) & np.isfinite(high) & (high > low)
     low, high = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)  # unbounded: the identity
     return ((high + low) / 2.0).astype(np.float32), ((high - low) / 2.0).astype(np.float32)

@@ -121,7 +121,7 @@ def test_puct_normalise_and_visit_policy_parity(twins, data):
 
 def test_obs_scaling_parity(twins):
     """Host-side numpy in both twins: the same (centre, half_width) for bounded, one-sided and
-    unbounded entries, and the same as the declared bounds of CartPole-v1 give."""
+    unbounded entries, and half of (high - low) as the half-width of every bounded one."""
     pt, jx = twins
     rng = np.random.default_rng(0)
     low = rng.uniform(-5, 0, 8).astype(np.float32)
