@@ -412,6 +412,9 @@ def make_envs(env_id, num_envs, scale_obs=True):
         probe = gym.make(env_id)  # construction only, for the declared bounds
         space = probe.observation_space
         probe.close()
+        # gymnasium's RescaleObservation makes the same affine map when given per-entry targets (+-inf
+        # where the space is unbounded) but divides 0 / 0 on a constant entry; the runs on the docs page
+        # were made with this form, (obs - centre) / half_width, and reproduce with it to the digit.
         centre, half_width = obs_scaling(space.low, space.high)
         scaled_space = gym.spaces.Box((space.low - centre) / half_width, (space.high - centre) / half_width,
                                       dtype=np.float32)
