@@ -17,8 +17,8 @@ within 1e-5 (every module-level function, loss values and gradients), a smoke ru
 curves for two runs with the same seed.
 Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, fifty-step value targets, gamma 0.997,
 a replay holding the whole run, observations scaled to their declared bounds: 20-episode means >= 400
-on 8 of seeds 1-10 (IQM 497.8; seeds 7 and 9 end at 251.2 and 296.5), 344-356 s a run on a 2-core
-Intel Xeon; the registered bar is 400 on 3 of seeds 1-5.
+on 16 of seeds 1-20 (IQM 499.4; seeds 7, 9, 11, 13 end at 238.8-296.5), 344-416 s a run on a 2-core
+Intel Xeon (JAX twin: 19 of 20); the registered bar is 400 on 2 of seeds 1-5.
 Reproduce: python algos/muzero_torch.py --seed 1
 """
 import os
