@@ -376,11 +376,11 @@ REGISTRY = [
     # MuZero, CartPole-v1, 100,000 steps (the defaults since 2026-12-06: td_steps 50, gamma 0.997, support 20,
     # a replay holding the whole run): 20-episode mean at the end (docs/algorithms/muzero.md). Measured on the
     # 2-core Intel Xeon: JAX seeds 1-20 reach >= 400 on 19 (seed 9: 203.3), torch seeds 1-20 on 16 (seeds 7,
-    # 9, 11, 13: 251.2 / 296.5 / 238.8 / 292.8, slow climbers). The bar asks what each twin's own rate
-    # allows on another CPU: JAX (p ~ 0.95) "3 of 5" fails about one time in 900 ("4 of 5": one in 44);
-    # torch (p ~ 0.8) "2 of 5" fails about one time in 150 ("3 of 5": one in 17). Seeds 1-5 pass in both
-    # twins here. The earlier defaults (50,000 steps, td_steps 10, gamma 0.99) gave 15 of 20 (JAX) and
-    # 7 of 10 (torch), and the bar was 400 on 2 of 5 for both.
+    # 9, 11, 13: 251.2 / 296.5 / 238.8 / 292.8; three climb slowly, seed 9 holds ~290). The bar asks what
+    # each twin's own rate allows on another CPU: JAX (p ~ 0.95) "3 of 5" fails about one time in 900
+    # ("4 of 5": one in 44); torch (p ~ 0.8) "2 of 5" fails about one time in 150 ("3 of 5": one in 17).
+    # Seeds 1-5 pass in both twins here. The earlier defaults (50,000 steps, td_steps 10, gamma 0.99) gave
+    # 15 of 20 (JAX) and 7 of 10 (torch), and the bar was 400 on 2 of 5 for both.
     # Not in the default suite: 1.5 min (JAX) to 6-7 min (torch) a run on the 2-core machine, two at a time.
     LearningSpec("algos/muzero_torch.py", {"env_id": "CartPole-v1", "total_timesteps": 100_000},
                  threshold=400.0, seeds=(1, 2, 3, 4, 5), min_passing=2,
