@@ -17,7 +17,7 @@ within 1e-5 (every module-level function, loss values and gradients), a smoke ru
 curves for two runs with the same seed.
 Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, fifty-step value targets, gamma 0.997,
 a replay holding the whole run, observations scaled to their declared bounds: 20-episode means >= 400
-on 16 of seeds 1-20 (IQM 499.4; seeds 7, 9, 11, 13 end at 238.8-296.5), 344-416 s a run on a 2-core
+on 26 of seeds 1-30 (IQM 500.0; seeds 7, 9, 11, 13 end at 238.8-296.5), 329-416 s a run on a 2-core
 Intel Xeon (JAX twin: 19 of 20); the registered bar is 400 on 2 of seeds 1-5.
 Reproduce: python algos/muzero_torch.py --seed 1
 """
