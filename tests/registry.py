@@ -381,7 +381,7 @@ REGISTRY = [
     # ("4 of 5": one in 44); torch (p ~ 0.87) "2 of 5" fails about one time in 700 ("3 of 5": one in 52).
     # Seeds 1-5 pass in both twins here. The earlier defaults (50,000 steps, td_steps 10, gamma 0.99) gave
     # 15 of 20 (JAX) and 7 of 10 (torch), and the bar was 400 on 2 of 5 for both.
-    # Not in the default suite: 1.5 min (JAX) to 6-7 min (torch) a run on the 2-core machine, two at a time.
+    # Not in the default suite: 1.5 min (JAX) to 4-7 min (torch) a run on the 2-core machine, two at a time.
     LearningSpec("algos/muzero_torch.py", {"env_id": "CartPole-v1", "total_timesteps": 100_000},
                  threshold=400.0, seeds=(1, 2, 3, 4, 5), min_passing=2,
                  note="issue 13: torch seeds 1-10 gave 492.7/493.9/500.0/500.0/500.0/500.0/251.2/500.0/296.5/500.0, 26 of seeds 1-30 >= 400 (Intel Xeon)"),
