@@ -17,8 +17,9 @@ within 1e-5 (every module-level function, loss values and gradients), a smoke ru
 curves for two runs with the same seed.
 Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, fifty-step value targets, gamma 0.997,
 a replay holding the whole run, observations scaled to their declared bounds: 20-episode means >= 400
-on 19 of seeds 1-20 (IQM 500.0; seed 9 ends at 203.3), 91-102 s a run on a 2-core Intel Xeon, and on 17
-of seeds 1-20 on a 2-core AMD EPYC; the registered bar is 400 on 2 of seeds 1-5.
+on 19 of seeds 1-20 (IQM 500.0; seed 9 ends at 203.3) on a 2-core Intel Xeon, and on 17 of seeds 1-20
+on a 2-core AMD EPYC; the registered bar is 400 on 2 of seeds 1-5. A default run: 77 s alone on the
+Intel Xeon (tests/benchmark.py), 135-195 s two at a time on the AMD EPYC.
 Reproduce: python algos/muzero_jax.py --seed 1
 """
 import os
