@@ -18,8 +18,8 @@ curves for two runs with the same seed.
 Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, fifty-step value targets, gamma 0.997,
 a replay holding the whole run, observations scaled to their declared bounds: 20-episode means >= 400
 on 19 of seeds 1-20 (IQM 500.0; seed 9 ends at 203.3) on a 2-core Intel Xeon, and on 17 of seeds 1-20
-on a 2-core AMD EPYC; the registered bar is 400 on 2 of seeds 1-5. A default run: 77 s alone on the
-Intel Xeon (tests/benchmark.py), 135-195 s two at a time on the AMD EPYC.
+on a 2-core AMD EPYC; the registered bar is 400 on 2 of seeds 1-5. A default run (tests/benchmark.py,
+alone): 77 s on the Intel Xeon, 127 s on the AMD EPYC (135-195 s two at a time there).
 Reproduce: python algos/muzero_jax.py --seed 1
 """
 import os

@@ -19,8 +19,8 @@ Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, fifty-step val
 a replay holding the whole run, observations scaled to their declared bounds: 20-episode means >= 400
 on 26 of seeds 1-30 (IQM 500.0; seeds 7, 9, 11, 13 end at 238.8-296.5) on a 2-core Intel Xeon (JAX
 twin: 19 of 20), and on 9 of seeds 1-10 on a 2-core AMD EPYC; the registered bar is 400 on 2 of seeds
-1-5. A default run: 220 s alone on the Intel Xeon (tests/benchmark.py), 445-552 s two at a time on the
-AMD EPYC.
+1-5. A default run (tests/benchmark.py, alone): 220 s on the Intel Xeon, 430 s on the AMD EPYC (445-552 s
+two at a time there).
 Reproduce: python algos/muzero_torch.py --seed 1
 """
 import os

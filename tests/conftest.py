@@ -18,13 +18,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # programs many times: each smoke test runs its script twice (the determinism check), and every JAX
 # LLM script first trains the same small SFT model. Measured on the 2-core AMD EPYC: the second smoke
 # run of llm/dpo_jax.py took 22.1 s without the cache and 5.4 s with it, with the same figures. The cache
-# is keyed on the program, the compile options and the XLA flags, so a hit is the same executable a fresh
-# compile gives. A fresh folder per session (removed at exit): the suite never reads a stale one.
+# is keyed on the program, the compile options and the XLA flags, so a hit is the executable a fresh
+# compile gave; the smoke test's same-seed check compares a fresh-compiled run with a cached one for
+# every JAX script. A fresh folder per session (removed at exit): the suite never reads a stale one.
 # A cache the user set (JAX_COMPILATION_CACHE_DIR) is left as it is.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _cache_dir = tempfile.mkdtemp(prefix="jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
-# Cache every compile, not only those over JAX's default 1 s: the smoke shapes compile in well under that.
+# Cache every compile, not only those over JAX's default 1 s: most of the suite's small programs take less.
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
