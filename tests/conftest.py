@@ -14,7 +14,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # One persistent XLA compilation cache for the session, shared by the xdist workers and the scripts the
 # tests start as subprocesses (they inherit the environment; the workers are started after this file
-# runs in the controller). Most of a JAX smoke run is compilation, and the suite compiles the same
+# runs in the controller). Much of a JAX smoke run is compilation, and the suite compiles the same
 # programs many times: each smoke test runs its script twice (the determinism check), and every JAX
 # LLM script first trains the same small SFT model. Measured on the 2-core AMD EPYC: the second smoke
 # run of llm/dpo_jax.py took 22.1 s without the cache and 5.4 s with it, with the same figures. The cache
