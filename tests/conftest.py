@@ -19,8 +19,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # LLM script first trains the same small SFT model. Measured on the 2-core AMD EPYC: the second smoke
 # run of llm/dpo_jax.py took 22.1 s without the cache and 5.4 s with it, with the same figures. The cache
 # is keyed on the program, the compile options and the XLA flags, so a hit is the executable a fresh
-# compile gave; the smoke test's same-seed check compares a fresh-compiled run with a cached one for
-# every JAX script. A fresh folder per session (removed at exit): the suite never reads a stale one.
+# compile gave (tests/unit/test_determinism.py: a run from a fresh compile and one from the cache agree
+# to the bit). A fresh folder per session (removed at exit): the suite never reads a stale one.
 # A cache the user set (JAX_COMPILATION_CACHE_DIR) is left as it is.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _cache_dir = tempfile.mkdtemp(prefix="jax-cache-")

@@ -56,3 +56,21 @@ def test_same_seed_same_run_however_started(script, pinned, tmp_path):
     assert len(json.loads(in_process)["returns"]) > 50  # enough episodes to tell runs apart
     assert run_fresh(script, tmp_path / "b", pinned) == in_process
     assert run_fresh(script, tmp_path / "c", {}) == in_process
+
+
+def test_a_compilation_cache_hit_gives_the_same_run(tmp_path):
+    """tests/conftest.py gives the suite one persistent JAX compilation cache, so most JAX runs in the
+    suite load their programs instead of compiling them. A loaded program must be the one a compile
+    gives: the JAX PPO twin once into an empty cache folder (every program compiled and stored), then
+    again from it (every program loaded: nothing new is stored), and the two runs agree to the bit."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = {"JAX_COMPILATION_CACHE_DIR": str(cache), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    stored = lambda: {p.name for p in cache.iterdir() if not p.name.endswith("-atime")}
+    compiled = run_fresh("algos/ppo_jax.py", tmp_path / "a", env)
+    entries = stored()
+    assert entries, "the first run stored no compiled program"
+    loaded = run_fresh("algos/ppo_jax.py", tmp_path / "b", env)
+    assert stored() == entries, "the second run compiled a program the first had stored"
+    assert loaded == compiled
+    assert len(json.loads(compiled)["returns"]) > 50
