@@ -202,3 +202,25 @@ def test_bad_input_stops_before_any_work(script, override, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         run_train(script, tmp_path, **override)
     assert not any(tmp_path.iterdir())  # no run directory written
+
+
+# ----------------------------------------------------------------------------- the true-Q probe
+def test_true_q_probe_replays_the_greedy_episode(tmp_path):
+    """tests/muzero_true_q.py puts the simulator into a saved state of the greedy episode and plays on:
+    for the greedy action that must reproduce the rest of the episode itself, step for step, so its
+    true Q equals the discounted return of the remaining steps (plus the bootstrap if it was truncated)."""
+    import muzero_true_q
+
+    m = load_script("algos/muzero_jax.py")
+    summary = run_train("algos/muzero_jax.py", tmp_path, **m.SMOKE_ARGS)  # SMOKE_ARGS save the model
+    r = muzero_true_q.probe(summary["run_dir"], steps=(0, 2, 5, 9))
+    assert [row["step"] for row in r["rows"]] == [t for t in (0, 2, 5, 9) if t < r["length"]]
+    assert r["rows"] and len(r["xs"]) == r["length"]
+    gamma = r["gamma"]
+    for row in r["rows"]:
+        a, remaining = row["greedy"], r["length"] - row["step"]
+        assert row["true_steps"][a] == remaining
+        expected = (1 - gamma ** remaining) / (1 - gamma) + (0.0 if r["terminated"] else gamma ** remaining * r["last_value"])
+        np.testing.assert_allclose(row["true_q"][a], expected, rtol=1e-9)
+    with pytest.raises(FileNotFoundError, match="--save-model"):
+        muzero_true_q.probe(str(tmp_path / "missing"))
