@@ -2,16 +2,17 @@
 Not a test: a probe for docs/algorithms/muzero.md ("Why the search does not leave the plateau").
 
 It loads a CartPole-v1 model saved by the JAX twin (`python algos/muzero_jax.py --seed 9 --save-model`
-writes <run dir>/model.msgpack; the default network sizes are assumed), plays one greedy episode (the
-noiseless search, argmax of the visits, as the twin's evaluation) and prints how it ends and how fast the
-cart drifts. Then, at the chosen steps of that episode, for each action a it prints
+writes <run dir>/model.msgpack), plays one greedy episode (the noiseless search, argmax of the visits,
+as the twin's evaluation) and prints how it ends and how fast the cart drifts. The network sizes, the
+search settings and gamma are the defaults of algos/muzero_jax.py's Args (a model of other sizes is
+refused; one trained with another gamma or search would be probed under the defaults'). Then, at the chosen steps of that episode, for each action a it prints
 
     model Q(s, a) = r + gamma V(g(s, a))  the model's one-step value: reward and value predicted after
                                           one step of the dynamics network (what the root of the search
                                           compares before it looks deeper)
     true  Q(s, a)                         the simulator put into the episode's exact state at that step,
                                           action a taken, then the same greedy search policy to the end:
-                                          the discounted return (gamma of the run), a truncation at 500
+                                          the discounted return (the default gamma), a truncation at 500
                                           bootstrapping from the model's value of the last observation
                                           as the training targets do; with the steps it lasted
 
@@ -33,13 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "algos"))
 
 def probe(run_dir, steps=(0, 30, 60, 100, 150), env_seed=777):
     """Play the greedy episode and compare model and true Q at `steps` (see the module docstring).
-    Returns {"length", "end", "terminated", "mean_velocity", "xs", "last_value", "rows"}: "xs" the cart
+    Returns {"length", "end", "terminated", "mean_velocity", "xs", "gamma", "last_value", "rows"}: "xs" the cart
     position before each step, "last_value" the model's value of the last observation (the bootstrap
     when the episode was truncated), and one row per probed step that the episode reached:
     {"step", "greedy", "model_value", "model_q": [L, R], "true_q": [L, R], "true_steps": [L, R]}."""
     model_path = os.path.join(run_dir, "model.msgpack")
     if not os.path.isfile(model_path):
-        raise FileNotFoundError(f"no model.msgpack in {run_dir}: train with --save-model first")
+        raise FileNotFoundError(f"no model.msgpack in {run_dir}: train algos/muzero_jax.py with --save-model "
+                                f"first (the probe reads the JAX twin's models only)")
     steps = sorted({int(t) for t in steps})
     if steps and steps[0] < 0:
         raise ValueError("steps must be >= 0")
@@ -57,6 +59,12 @@ def probe(run_dir, steps=(0, 30, 60, 100, 150), env_seed=777):
     template = network.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)), jnp.zeros(1, jnp.int32))
     with open(model_path, "rb") as f:
         params = flax.serialization.from_bytes(template, f.read())
+    # from_bytes fills the template's structure without comparing shapes: check them here
+    expected = jax.tree_util.tree_map(jnp.shape, template)
+    if jax.tree_util.tree_map(jnp.shape, params) != expected:
+        raise ValueError(f"{model_path} does not match the default network (hidden_size {args.hidden_size}, "
+                         f"latent_size {args.latent_size}, support_size {args.support_size}, CartPole's 4 "
+                         f"observations and 2 actions): the probe reads default-sized CartPole models only")
     act = mz.make_act(network, args)
     initial = jax.jit(lambda p, o: network.apply(p, o, method=mz.MuZeroNet.initial_inference))
     recurrent = jax.jit(lambda p, latent, a: network.apply(p, latent, a, method=mz.MuZeroNet.recurrent_inference))

@@ -224,3 +224,12 @@ def test_true_q_probe_replays_the_greedy_episode(tmp_path):
         np.testing.assert_allclose(row["true_q"][a], expected, rtol=1e-9)
     with pytest.raises(FileNotFoundError, match="--save-model"):
         muzero_true_q.probe(str(tmp_path / "missing"))
+    # a model of other sizes is refused before any episode is played (from_bytes alone would load it)
+    import flax
+    other = tmp_path / "other_sizes"
+    other.mkdir()
+    small = m.MuZeroNet(2, 32, m.Args().latent_size, m.Args().support_size)
+    (other / "model.msgpack").write_bytes(flax.serialization.to_bytes(
+        small.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)), jnp.zeros(1, jnp.int32))))
+    with pytest.raises(ValueError, match="default network"):
+        muzero_true_q.probe(str(other))
