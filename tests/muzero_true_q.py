@@ -96,12 +96,12 @@ def probe(run_dir, steps=(0, 30, 60, 100, 150), env_seed=777):
     saved, xs, velocities = {}, [], []
     terminated = truncated = False
     while not (terminated or truncated):
-        t = len(xs)
+        t, action = len(xs), greedy(obs)
         if t in steps:
-            saved[t] = (np.array(env.unwrapped.state), obs)
+            saved[t] = (np.array(env.unwrapped.state), obs, action)
         xs.append(float(env.unwrapped.state[0]))
         velocities.append(float(env.unwrapped.state[1]))
-        obs, _, terminated, truncated, _ = env.step(greedy(obs))
+        obs, _, terminated, truncated, _ = env.step(action)
     x, _, theta, _ = env.unwrapped.state
     end = "truncated at 500" if truncated and not terminated else (
         f"cart off the track (x = {x:+.2f})" if abs(x) > 2.4 else f"pole fell (theta = {theta:+.3f} rad)")
@@ -110,14 +110,14 @@ def probe(run_dir, steps=(0, 30, 60, 100, 150), env_seed=777):
 
     simulator = gym.make(args.env_id)
     assert isinstance(simulator, gym.wrappers.TimeLimit), "the probe sets TimeLimit's step counter: it must be outermost"
-    for t, (state, obs) in sorted(saved.items()):
+    for t, (state, obs, action) in sorted(saved.items()):
         latent, _, value = initial(params, scaled(obs))
         model_q = []
         for a in (0, 1):
             reward, next_value, _, _ = recurrent(params, latent, jnp.array([a]))
             model_q.append(float(reward[0] + args.gamma * next_value[0]))
         true = [true_q(simulator, state, t, a) for a in (0, 1)]
-        result["rows"].append({"step": t, "greedy": greedy(obs), "model_value": float(value[0]), "model_q": model_q,
+        result["rows"].append({"step": t, "greedy": action, "model_value": float(value[0]), "model_q": model_q,
                                "true_q": [q for q, _ in true], "true_steps": [n for _, n in true]})
     return result
 
