@@ -15,11 +15,12 @@ visit counts (both twins), the observation scaling by hand (and on the true last
 input (non-Discrete actions, num_simulations < 1, unroll_steps < 1), parity with the PyTorch twin
 within 1e-5 (every module-level function, loss values and gradients), a smoke run and bit-identical
 curves for two runs with the same seed.
-Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, fifty-step value targets, gamma 0.997,
-a replay holding the whole run, observations scaled to their declared bounds: 20-episode means >= 400
-on 19 of seeds 1-20 (IQM 500.0; seed 9 ends at 203.3) on a 2-core Intel Xeon, and on 17 of seeds 1-20
-on a 2-core AMD EPYC; the registered bar is 400 on 2 of seeds 1-5. A default run (tests/benchmark.py,
-alone): 77 s on the Intel Xeon, 127 s on the AMD EPYC (135-195 s two at a time there).
+Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, hundred-step value targets, gamma
+0.997, a replay holding the whole run, observations scaled to their declared bounds: 20-episode means
+>= 400 on 29 of seeds 1-30 (IQM 500.0; seed 17 ends at 262.5) on a 2-core AMD EPYC (torch twin: 15 of
+15; with fifty-step targets, the defaults before, 17 of 20 there and 19 of 20 on a 2-core Intel Xeon);
+the registered bar is 400 on 3 of seeds 1-5. A default run (tests/benchmark.py, alone): 151-171 s on
+the AMD EPYC (165-243 s two at a time there).
 Reproduce: python algos/muzero_jax.py --seed 1
 """
 import os
@@ -56,7 +57,7 @@ class Args:
     """MCTS simulations per search (each: one selection path, one dynamics + prediction call)"""
     unroll_steps: int = 5
     """K: steps the dynamics network is unrolled in training"""
-    td_steps: int = 50
+    td_steps: int = 100
     """n: steps of real rewards in the value target before bootstrapping from a stored search value"""
     gamma: float = 0.997
     """discount factor"""
@@ -66,8 +67,9 @@ class Args:
     """trajectory windows per gradient step"""
     buffer_size: int = 100_000
     """replay capacity in transitions (buffer_size // num_envs rows of num_envs streams)"""
-    learning_starts: int = 1_000
-    """environment steps before the first gradient step"""
+    learning_starts: int = 2_000
+    """environment steps before the first gradient step (each env's stream must then hold more than one
+    window of unroll_steps + td_steps + 1 steps: 125 > 106 at the defaults)"""
     gradient_steps: int = 4
     """gradient steps after every vector-env step once learning has started"""
     hidden_size: int = 64
@@ -186,15 +188,20 @@ def n_step_targets(rewards, values, terminated, truncated, bootstrap_values, gam
     # All K + 1 positions at once: column k of step i reads step t+k+i, with the same operations in
     # the same order as a loop over k (torch gives bit-identical targets; XLA's fusion may round a last
     # digit differently), in n array steps instead of (K + 1) n: at n = 50 the loop over k took about
-    # a third of a torch run.
+    # a third of a torch run. The per-step reward (with a truncation's bootstrap) and the survival
+    # factor are elementwise, so they are computed once for the window, not once per column slice:
+    # the same values bit for bit (checked in both twins, docs/algorithms/muzero.md, Speed), and at
+    # n = 100 the torch call takes 2.7 ms instead of 4.9.
     positions = unroll_steps + 1
+    step_reward = rewards + gamma * truncated * bootstrap_values  # what step j adds to the sum
+    keep = 1.0 - done                                              # 0 from an episode end on
     z = jnp.zeros_like(rewards[:, :positions])
     running = alive[:, :positions]
     discount = 1.0
     for i in range(td_steps):
         j = slice(i, i + positions)
-        z = z + running * discount * (rewards[:, j] + gamma * truncated[:, j] * bootstrap_values[:, j])
-        running = running * (1.0 - done[:, j])
+        z = z + running * discount * step_reward[:, j]
+        running = running * keep[:, j]
         discount *= gamma
     value_targets = z + running * discount * values[:, td_steps:td_steps + positions]
     reward_targets = rewards[:, :unroll_steps] * alive[:, :unroll_steps]

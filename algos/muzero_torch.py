@@ -15,12 +15,12 @@ visit counts (both twins), the observation scaling by hand (and on the true last
 input (non-Discrete actions, num_simulations < 1, unroll_steps < 1), parity with the JAX twin
 within 1e-5 (every module-level function, loss values and gradients), a smoke run and bit-identical
 curves for two runs with the same seed.
-Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, fifty-step value targets, gamma 0.997,
-a replay holding the whole run, observations scaled to their declared bounds: 20-episode means >= 400
-on 26 of seeds 1-30 (IQM 500.0; seeds 7, 9, 11, 13 end at 238.8-296.5) on a 2-core Intel Xeon (JAX
-twin: 19 of 20), and on 9 of seeds 1-10 on a 2-core AMD EPYC; the registered bar is 400 on 2 of seeds
-1-5. A default run (tests/benchmark.py, alone): 220 s on the Intel Xeon, 430 s on the AMD EPYC (445-552 s
-two at a time there).
+Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, hundred-step value targets, gamma
+0.997, a replay holding the whole run, observations scaled to their declared bounds: 20-episode means
+>= 400 on all 15 of seeds 1-15 (IQM 500.0; lowest 486.65) on a 2-core AMD EPYC (JAX twin: 29 of 30;
+with fifty-step targets, the defaults before, 9 of 10 there and 26 of 30 on a 2-core Intel Xeon); the
+registered bar is 400 on 3 of seeds 1-5. A default run (tests/benchmark.py, alone): 519 s on the AMD
+EPYC (537-611 s two at a time there, before the n-step targets' per-step terms left their loop).
 Reproduce: python algos/muzero_torch.py --seed 1
 """
 import os
@@ -54,7 +54,7 @@ class Args:
     """MCTS simulations per search (each: one selection path, one dynamics + prediction call)"""
     unroll_steps: int = 5
     """K: steps the dynamics network is unrolled in training"""
-    td_steps: int = 50
+    td_steps: int = 100
     """n: steps of real rewards in the value target before bootstrapping from a stored search value"""
     gamma: float = 0.997
     """discount factor"""
@@ -64,8 +64,9 @@ class Args:
     """trajectory windows per gradient step"""
     buffer_size: int = 100_000
     """replay capacity in transitions (buffer_size // num_envs rows of num_envs streams)"""
-    learning_starts: int = 1_000
-    """environment steps before the first gradient step"""
+    learning_starts: int = 2_000
+    """environment steps before the first gradient step (each env's stream must then hold more than one
+    window of unroll_steps + td_steps + 1 steps: 125 > 106 at the defaults)"""
     gradient_steps: int = 4
     """gradient steps after every vector-env step once learning has started"""
     hidden_size: int = 64
@@ -184,15 +185,20 @@ def n_step_targets(rewards, values, terminated, truncated, bootstrap_values, gam
     # All K + 1 positions at once: column k of step i reads step t+k+i, with the same operations in
     # the same order as a loop over k (torch gives bit-identical targets; XLA's fusion may round a last
     # digit differently), in n array steps instead of (K + 1) n: at n = 50 the loop over k took about
-    # a third of a torch run.
+    # a third of a torch run. The per-step reward (with a truncation's bootstrap) and the survival
+    # factor are elementwise, so they are computed once for the window, not once per column slice:
+    # the same values bit for bit (checked in both twins, docs/algorithms/muzero.md, Speed), and at
+    # n = 100 the torch call takes 2.7 ms instead of 4.9.
     positions = unroll_steps + 1
+    step_reward = rewards + gamma * truncated * bootstrap_values  # what step j adds to the sum
+    keep = 1.0 - done                                              # 0 from an episode end on
     z = torch.zeros_like(rewards[:, :positions])
     running = alive[:, :positions]
     discount = 1.0
     for i in range(td_steps):
         j = slice(i, i + positions)
-        z = z + running * discount * (rewards[:, j] + gamma * truncated[:, j] * bootstrap_values[:, j])
-        running = running * (1.0 - done[:, j])
+        z = z + running * discount * step_reward[:, j]
+        running = running * keep[:, j]
         discount *= gamma
     value_targets = z + running * discount * values[:, td_steps:td_steps + positions]
     reward_targets = rewards[:, :unroll_steps] * alive[:, :unroll_steps]
