@@ -2,7 +2,11 @@
 balance (value and the gradients of all four statistics, above and below the free nats), world-model
 loss, tanh-Gaussian sample and log-density, lambda-returns with episode ends (discount 0), discount
 weights, actor and critic losses (with their gradients), an imagined rollout through the same stub
-dynamics and policy, and the RSSM filter (`observe`) and imagination on the same weights agree within 1e-5."""
+dynamics and policy, the RSSM filter (`observe`) and imagination on the same weights, the actor on
+the same weights (mean, bounded log std, the squashed sample and log-prob for the same noise, the
+deterministic action, gradients in every weight), and the MLP heads (torch `mlp`, JAX `MLP`, as the
+value, reward and decoder heads, checked against the trees of `make_networks`) on the same weights,
+with the critic loss gradients, agree within 1e-5."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -222,3 +226,113 @@ def test_rssm_on_the_same_weights(twins):
     img_step_j = lambda h, z, a, eps: j_model.apply(params, h, z, a, eps, method=jx.WorldModel.imagine_step)
     feats_j, _ = jx.imagine(img_step_j, policy_j, h0, z0, img_noise, a_noise)
     assert_same(feats_t.numpy(), np.asarray(feats_j))
+
+
+def actor_to_flax(t_actor):
+    """The torch actor's weights as the JAX `Actor`'s pytree: the trunk, then the mean and log-std heads."""
+    return {"params": {"Dense_0": torch_dense(t_actor.trunk[0]), "Dense_1": torch_dense(t_actor.trunk[2]),
+                       "Dense_2": torch_dense(t_actor.mean), "Dense_3": torch_dense(t_actor.log_std)}}
+
+
+def mlp_to_flax(t_mlp):
+    """A torch `mlp` (Linear, ELU, Linear, ELU, Linear) as the JAX `MLP`'s pytree."""
+    return {"params": {f"Dense_{i}": torch_dense(t_mlp[2 * i]) for i in range(3)}}
+
+
+def randomise_biases(net):
+    """Nonzero biases (the twins initialise them to zero), so that copying them is tested too."""
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.ndim == 1:
+                p.normal_(0.0, 0.3)
+
+
+def assert_same_tree(template, params):
+    assert jax.tree_util.tree_structure(template) == jax.tree_util.tree_structure(params)
+    for a, b in zip(jax.tree_util.tree_leaves(template), jax.tree_util.tree_leaves(params)):
+        assert a.shape == b.shape
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_actor_on_the_same_weights(twins, seed):
+    """torch weights copied into the JAX pytree (the tree of `make_networks`' actor): the same mean
+    and log std (within its bounds, both ends reached), the same squashed action and log-prob for the
+    same noise, the same deterministic action, the same gradients of the mean squared action plus log-prob in
+    every weight and bias."""
+    pt, jx = twins
+    torch.manual_seed(seed)
+    obs_dim, A, D, S, Hd, B = 3, 2, 8, 4, 16, 64
+    scale, bias = np.array([2.0, 0.5], np.float32), np.array([0.0, 0.1], np.float32)
+    t_actor = pt.Actor(D + S, A, Hd, scale, bias)
+    randomise_biases(t_actor)
+    with torch.no_grad():  # a wide, unbiased log-std head of opposite rows: log stds near each bound
+        t_actor.log_std.weight.mul_(8.0)
+        t_actor.log_std.weight[1] = -t_actor.log_std.weight[0]
+        t_actor.log_std.bias.zero_()
+    params = actor_to_flax(t_actor)
+    _, j_actor, _, template = jx.make_networks(obs_dim, A, D, S, Hd, jax.random.PRNGKey(0))
+    assert_same_tree(template["actor"], params)
+    assert (pt.LOG_STD_MIN, pt.LOG_STD_MAX) == (jx.LOG_STD_MIN, jx.LOG_STD_MAX)
+    rng = np.random.default_rng(seed)
+    f32 = lambda x: np.asarray(x, dtype=np.float32)
+    feat, noise = f32(rng.normal(scale=2.0, size=(B, D + S))), f32(rng.normal(size=(B, A)))
+    with torch.no_grad():
+        mean_t, log_std_t = t_actor(T(feat))
+        det_t = t_actor.deterministic(T(feat))
+    mean_j, log_std_j = j_actor.apply(params, feat)
+    assert_same(mean_t.numpy(), np.asarray(mean_j))
+    assert_same(log_std_t.numpy(), np.asarray(log_std_j))
+    for ls in (log_std_t.numpy(), np.asarray(log_std_j)):
+        assert ls.min() >= jx.LOG_STD_MIN and ls.max() <= jx.LOG_STD_MAX
+    assert log_std_t.min() < jx.LOG_STD_MIN + 1.0 and log_std_t.max() > jx.LOG_STD_MAX - 1.0
+    assert_same(det_t.numpy(), np.asarray(jnp.tanh(mean_j) * scale + bias))  # as the JAX twin's evaluate
+    action_t, log_prob_t = t_actor.sample(T(feat), T(noise))
+    ((action_t ** 2).sum(-1) + log_prob_t).mean().backward()
+
+    def sample_j(p):  # as the JAX twin's policy_sample
+        return jx.sample_squashed(*j_actor.apply(p, feat), noise, scale, bias)
+
+    def objective_j(p):
+        action, log_prob = sample_j(p)
+        return ((action ** 2).sum(-1) + log_prob).mean()
+    action_j, log_prob_j = sample_j(params)
+    assert_same(action_t.detach().numpy(), np.asarray(action_j))
+    assert_same(log_prob_t.detach().numpy(), np.asarray(log_prob_j))
+    grads = jax.grad(objective_j)(params)["params"]
+    for k, layer in enumerate((t_actor.trunk[0], t_actor.trunk[2], t_actor.mean, t_actor.log_std)):
+        assert_same(layer.weight.grad.numpy().T, np.asarray(grads[f"Dense_{k}"]["kernel"]))
+        assert_same(layer.bias.grad.numpy(), np.asarray(grads[f"Dense_{k}"]["bias"]))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mlp_heads_on_the_same_weights(twins, seed):
+    """torch `mlp` and JAX `MLP` on the same weights as the value head (`make_networks`' critic, 1
+    output), the reward head (1 output) and the decoder (obs_dim outputs), each copied tree checked
+    against `make_networks`' own: the same outputs on (H, B, feat) inputs; for the value head also the
+    same critic loss and its gradients in every weight and bias."""
+    pt, jx = twins
+    torch.manual_seed(seed)
+    obs_dim, A, D, S, Hd, H, B = 3, 1, 8, 4, 16, 5, 12
+    _, _, j_critic, template = jx.make_networks(obs_dim, A, D, S, Hd, jax.random.PRNGKey(0))
+    heads = {"critic": (pt.mlp(D + S, Hd, 1), template["critic"]),
+             "reward": (pt.mlp(D + S, Hd, 1), {"params": template["world_model"]["params"]["reward"]}),
+             "decoder": (pt.mlp(D + S, Hd, obs_dim), {"params": template["world_model"]["params"]["decoder"]})}
+    rng = np.random.default_rng(seed)
+    feat = rng.normal(scale=2.0, size=(H, B, D + S)).astype(np.float32)
+    for name, (t_net, tree) in heads.items():
+        randomise_biases(t_net)
+        params = mlp_to_flax(t_net)
+        assert_same_tree(tree, params)
+        with torch.no_grad():
+            out_t = t_net(T(feat)).numpy()
+        assert_same(out_t, np.asarray(jx.MLP(Hd, t_net[4].out_features).apply(params, feat)))
+    t_critic = heads["critic"][0]
+    targets, weights = rng.normal(size=(H, B)).astype(np.float32), rng.uniform(size=(H, B)).astype(np.float32)
+    loss_t = pt.critic_loss_fn(t_critic(T(feat)).squeeze(-1), T(targets), T(weights))
+    loss_t.backward()
+    loss_j, grads = jax.value_and_grad(
+        lambda p: jx.critic_loss_fn(j_critic.apply(p, feat).squeeze(-1), targets, weights))(mlp_to_flax(t_critic))
+    assert_same(loss_t.detach().numpy(), np.asarray(loss_j))
+    for i in range(3):
+        assert_same(t_critic[2 * i].weight.grad.numpy().T, np.asarray(grads["params"][f"Dense_{i}"]["kernel"]))
+        assert_same(t_critic[2 * i].bias.grad.numpy(), np.asarray(grads["params"][f"Dense_{i}"]["bias"]))

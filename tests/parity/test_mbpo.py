@@ -2,13 +2,16 @@
 pieces (tanh term, squashed samples and log-probs, soft targets, critic / actor / temperature losses
 and their gradients), the model pieces (normaliser, log-variance bounds, Gaussian NLL and the
 ensemble loss with gradients, elites, schedule, batch split, the Pendulum termination rule), a
-branched rollout through the same stub model and policy, and the dynamics ensemble on the same weights."""
+branched rollout through the same stub model and policy, the dynamics ensemble on the same weights,
+and the SAC networks on the same weights: the actor (mean, bounded log std, the tanh-squashed sample
+and its log-prob for the same noise, the deterministic action), the Q networks alone and as the JAX
+`Agent`'s stacked twin critics, and the critic and actor losses' gradients in every weight."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_dense
 
 TOL = 1e-5
 
@@ -161,3 +164,117 @@ def test_ensemble_and_rollout_parity_on_the_same_weights(twins):
     for k in out_t:
         np.testing.assert_allclose(out_t[k].numpy(), np.asarray(out_j[k]), atol=TOL,
                                    rtol=TOL, err_msg=k)
+
+
+def copy_sac(actor, qf1, qf2):
+    """The torch actor and critics as the JAX `Agent`'s params {"actor", "qf"} (kernels transposed;
+    "qf" holds the two critics stacked on a leading axis of 2)."""
+    actor_p = {"params": {"Dense_0": torch_dense(actor.trunk[0]), "Dense_1": torch_dense(actor.trunk[2]),
+                          "Dense_2": torch_dense(actor.mean), "Dense_3": torch_dense(actor.log_std)}}
+    qf = lambda q: {"params": {f"Dense_{i}": torch_dense(q.net[2 * i]) for i in range(3)}}
+    return {"actor": actor_p, "qf": jax.tree.map(lambda a, b: jnp.stack([a, b]), qf(qf1), qf(qf2))}
+
+
+@pytest.fixture(params=[0, 1, 2])
+def sac_nets(twins, request):
+    """The torch actor and twin critics with random biases, and a wide, unbiased log-std head of
+    opposite rows, so that some log stds sit near each bound; their weights copied into the JAX
+    `Agent` (checked against its own init's tree and shapes); inputs and noise."""
+    pt, jx = twins
+    torch.manual_seed(request.param)
+    O, A, H, B = 3, 2, 32, 64
+    scale, bias = np.array([2.0, 0.5], np.float32), np.array([0.0, 0.1], np.float32)
+    actor = pt.Actor(O, A, H, scale, bias)
+    qf1, qf2 = pt.QNetwork(O, A, H), pt.QNetwork(O, A, H)
+    with torch.no_grad():
+        for net in (actor, qf1, qf2):
+            for p in net.parameters():
+                if p.ndim == 1:
+                    p.normal_(0.0, 0.3)
+        actor.log_std.weight.mul_(8.0)
+        actor.log_std.weight[1] = -actor.log_std.weight[0]  # opposite pre-tanh outputs: both bounds
+        actor.log_std.bias.zero_()
+    agent = jx.Agent(O, A, H, scale, bias)
+    params = copy_sac(actor, qf1, qf2)
+    template = agent.init(jax.random.PRNGKey(0))
+    assert jax.tree.structure(template) == jax.tree.structure(params)
+    assert all(a.shape == b.shape for a, b in zip(jax.tree.leaves(template), jax.tree.leaves(params)))
+    rng = np.random.default_rng(request.param)
+    f32 = lambda x: np.asarray(x, dtype=np.float32)
+    return {"actor": actor, "qf1": qf1, "qf2": qf2, "agent": agent, "params": params,
+            "obs": f32(rng.normal(scale=2.0, size=(B, O))), "actions": f32(rng.uniform(-2, 2, size=(B, A))),
+            "noise": f32(rng.normal(size=(B, A))), "target": f32(rng.normal(size=B))}
+
+
+def test_actor_on_the_same_weights(twins, sac_nets):
+    """The same mean and bounded log std, the same squashed action and log-prob (Gaussian term minus
+    the tanh Jacobian and log scale) for the same noise, the same deterministic action."""
+    pt, jx = twins
+    n = sac_nets
+    actor, agent, params, obs = n["actor"], n["agent"], n["params"], n["obs"]
+    assert (pt.LOG_STD_MIN, pt.LOG_STD_MAX) == (jx.LOG_STD_MIN, jx.LOG_STD_MAX)
+    with torch.no_grad():
+        mean_t, log_std_t = actor(torch.as_tensor(obs))
+        action_t, log_prob_t = actor.sample(torch.as_tensor(obs), torch.as_tensor(n["noise"]))
+        det_t = actor.deterministic(torch.as_tensor(obs))
+    mean_j, log_std_j = agent.actor.apply(params["actor"], obs)
+    assert_close(mean_t, mean_j)
+    assert_close(log_std_t, log_std_j)
+    for ls in (log_std_t.numpy(), np.asarray(log_std_j)):
+        assert ls.min() >= jx.LOG_STD_MIN and ls.max() <= jx.LOG_STD_MAX
+    assert log_std_t.min() < jx.LOG_STD_MIN + 1.0 and log_std_t.max() > jx.LOG_STD_MAX - 1.0  # both ends reached
+    action_j, log_prob_j = agent.sample(params["actor"], obs, noise=n["noise"])
+    assert_close(action_t, action_j)
+    assert_close(log_prob_t, log_prob_j)
+    assert_close(det_t, agent.deterministic(params["actor"], obs))
+
+
+def test_q_networks_on_the_same_weights(twins, sac_nets):
+    """Each critic alone (`QNetwork`) and both at once through the `Agent`'s vmap over the stacked
+    params: the same Q(s, a) as the two torch critics."""
+    pt, jx = twins
+    n = sac_nets
+    obs, actions = n["obs"], n["actions"]
+    with torch.no_grad():
+        q_t = [n[k](torch.as_tensor(obs), torch.as_tensor(actions)) for k in ("qf1", "qf2")]
+    q_j = n["agent"].q_values(n["params"]["qf"], obs, actions)
+    assert isinstance(n["agent"].qf, jx.QNetwork) and q_j.shape == (2, len(obs))
+    for i in range(2):
+        single = jax.tree.map(lambda x: x[i], n["params"]["qf"])
+        assert_close(q_t[i], n["agent"].qf.apply(single, obs, actions))
+        assert_close(q_t[i], q_j[i])
+
+
+def test_sac_losses_on_the_same_weights_with_gradients(twins, sac_nets):
+    """The critic loss on a fixed target and the actor loss through both critics (the same noise),
+    as in the twins' update: the same values and the same gradients in every weight and bias."""
+    pt, jx = twins
+    n = sac_nets
+    actor, qf1, qf2, agent, params = n["actor"], n["qf1"], n["qf2"], n["agent"], n["params"]
+    obs, actions, noise, target = (torch.as_tensor(n[k]) for k in ("obs", "actions", "noise", "target"))
+    l1, l2 = pt.critic_losses(qf1(obs, actions), qf2(obs, actions), target)
+    (l1 + l2).backward()
+
+    def q_loss(qf_params):
+        q = agent.q_values(qf_params, n["obs"], n["actions"])
+        return sum(jx.critic_losses(q[0], q[1], n["target"]))
+    value, g_q = jax.value_and_grad(q_loss)(params["qf"])
+    assert abs((l1 + l2).item() - float(value)) < TOL * max(1.0, abs(float(value)))
+    for i, qf in enumerate((qf1, qf2)):
+        for k in range(3):
+            g = g_q["params"][f"Dense_{k}"]
+            assert_close(qf.net[2 * k].weight.grad.T, g["kernel"][i])
+            assert_close(qf.net[2 * k].bias.grad, g["bias"][i])
+    actions_pi, log_prob = actor.sample(obs, noise)
+    loss_t = pt.sac_actor_loss(qf1(obs, actions_pi), qf2(obs, actions_pi), log_prob, 0.2)
+    loss_t.backward(inputs=list(actor.parameters()))
+
+    def actor_loss(actor_params):
+        a, lp = agent.sample(actor_params, n["obs"], noise=n["noise"])
+        q = agent.q_values(params["qf"], n["obs"], a)
+        return jx.sac_actor_loss(q[0], q[1], lp, 0.2)
+    value, g_a = jax.value_and_grad(actor_loss)(params["actor"])
+    assert abs(loss_t.item() - float(value)) < TOL * max(1.0, abs(float(value)))
+    for k, layer in enumerate((actor.trunk[0], actor.trunk[2], actor.mean, actor.log_std)):
+        assert_close(layer.weight.grad.T, g_a["params"][f"Dense_{k}"]["kernel"])
+        assert_close(layer.bias.grad, g_a["params"][f"Dense_{k}"]["bias"])

@@ -2,8 +2,10 @@
 projection and its expectation, latent scaling, the gradient scaler (values and gradients), n-step
 targets over windows with terminations and truncations, the MuZero loss (values and gradients with
 respect to every logit), PUCT scores, the min-max normalisation, the visit-count policy and the
-observation scaling agree within 1e-5; and the two searches (our MCTS, mctx with min_max_qtransform)
-return the same visit counts and root values for the same random model without root noise."""
+observation scaling agree within 1e-5; the two searches (our MCTS, mctx with min_max_qtransform)
+return the same visit counts and root values for the same random model without root noise; and on
+shared weights the two MuZeroNets agree (initial inference, the model step) and the evaluation search
+of each twin (torch `search`, JAX `make_act`) picks the same actions from the same visit counts."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -159,3 +161,66 @@ def test_searches_agree_on_a_random_model(twins):
                                     1.25, 19652.0, 0.01, jax.random.PRNGKey(0))
     np.testing.assert_array_equal(np.asarray(visits_t), np.asarray(visits_j))
     np.testing.assert_allclose(np.asarray(value_t), np.asarray(value_j), atol=1e-4, rtol=1e-4)
+
+
+def _shared_networks(pt, jx, obs_dim=4, A=2, H=16, L=8, S=5, seed=0):
+    """A torch MuZeroNet with every weight random (the heads too, which start at zero in a run) and
+    the flax parameters holding the same numbers (a Dense kernel is the transposed Linear weight)."""
+    torch.manual_seed(seed)
+    net_t = pt.MuZeroNet(obs_dim, A, H, L, S)
+    with torch.no_grad():
+        for p in net_t.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+    net_j = jx.MuZeroNet(A, H, L, S)
+    state = net_t.state_dict()
+    layers = {"representation": ("layers_0", "layers_2"), "dynamics_trunk": ("layers_0",),
+              "prediction_trunk": ("layers_0",)}
+    params = {}
+    for name in ("representation", "dynamics_trunk", "prediction_trunk", "dynamics_latent", "dynamics_reward",
+                 "prediction_policy", "prediction_value"):
+        if name in layers:
+            params[name] = {layer: {"kernel": jnp.asarray(state[f"{name}.{layer[7:]}.weight"].numpy().T),
+                                    "bias": jnp.asarray(state[f"{name}.{layer[7:]}.bias"].numpy())}
+                            for layer in layers[name]}
+        else:
+            params[name] = {"kernel": jnp.asarray(state[f"{name}.weight"].numpy().T),
+                            "bias": jnp.asarray(state[f"{name}.bias"].numpy())}
+    template = net_j.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_dim)), jnp.zeros((1,), jnp.int32))
+    assert jax.tree_util.tree_structure(template) == jax.tree_util.tree_structure({"params": params})
+    return net_t, net_j, {"params": params}
+
+
+def test_networks_agree_on_the_same_weights(twins):
+    """MuZeroNet on shared weights: initial inference (latent, policy logits, scalar value) and the
+    search's model step (scalar reward, scalar value, policy logits, next latent) for every action."""
+    pt, jx = twins
+    net_t, net_j, params = _shared_networks(pt, jx)
+    obs = np.random.default_rng(1).uniform(-1, 1, size=(12, 4)).astype(np.float32)
+    out_t = net_t.initial_inference(T(obs))
+    out_j = net_j.apply(params, obs, method=jx.MuZeroNet.initial_inference)
+    for a, b in zip(out_t, out_j):
+        close(a, b)
+    latent = np.asarray(out_j[0])
+    for action in (0, 1):
+        actions = np.full(12, action)
+        step_t = net_t.recurrent_inference(T(latent), torch.as_tensor(actions))
+        step_j = net_j.apply(params, latent, jnp.asarray(actions), method=jx.MuZeroNet.recurrent_inference)
+        for a, b in zip(step_t, step_j):
+            close(a, b)
+
+
+def test_evaluation_searches_agree_on_the_same_weights(twins):
+    """The evaluation search (no root noise, argmax of the visit counts) of both twins from the same
+    observations through the same network: the same visit-count policy and actions, root values
+    within 1e-4 (the JAX twin's jitted make_act; the torch twin's search walks its tree in numpy)."""
+    pt, jx = twins
+    net_t, net_j, params = _shared_networks(pt, jx, seed=3)
+    obs = np.random.default_rng(2).uniform(-1, 1, size=(8, 4)).astype(np.float32)
+    args_t = pt.Args(num_simulations=16)
+    args_j = jx.Args(num_simulations=16)
+    actions_t, policy_t, value_t = pt.search(net_t, args_t, obs)
+    act = jx.make_act(net_j, args_j)
+    actions_j, policy_j, value_j, _ = act(params, jnp.asarray(obs), jax.random.PRNGKey(0), 1.0, 0.0, sample=False)
+    np.testing.assert_array_equal(policy_t, np.asarray(policy_j))
+    np.testing.assert_array_equal(actions_t, np.asarray(actions_j))
+    np.testing.assert_allclose(value_t, np.asarray(value_j), atol=1e-4, rtol=1e-4)
