@@ -20,9 +20,17 @@ maze (6,000 steps, the shortcut opens after 3,000) instead, Dyna-Q (kappa 0) aga
 change the greedy policy found a way and a shortest way, the reward collected after the change) and
 dyna_q_changing.png (cumulative reward against real steps, mean over seeds). With --timing it times
 one planning phase of each twin (and of a batched torch variant) and writes nothing.
+
+With --against-n it runs the Dyna maze for n = 0, 1, 2, 5, 10, 20, 50, every run 20,000 real steps, and
+writes (each run cached as JSON under --log-dir, so an interrupted sweep resumes) dyna_q_against_n.runs.csv (one row per run: the real step at which the greedy policy first reached
+the goal and first walked a shortest path, or nothing when it did not within the budget) and
+dyna_q_against_n.png (those real steps against n, every run and the median over seeds):
+
+    python tests/dyna_q_curves.py --against-n --seeds 1-10
 """
 import argparse
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -39,6 +47,8 @@ MILESTONES = ("episodes_to_greedy_path", "steps_to_greedy_path", "episodes_to_op
               "greedy_path_length")
 
 
+AGAINST_N = (0, 1, 2, 5, 10, 20, 50)
+AGAINST_N_BUDGET = 20_000
 CHANGING = {"BlockingMaze-v0": (3_000, 1_000), "ShortcutMaze-v0": (6_000, 3_000)}
 KAPPAS = {0.0: "Dyna-Q", 1e-3: "Dyna-Q+"}
 AFTER_CHANGE = ("steps_to_greedy_path_after_change", "steps_to_optimal_after_change", "greedy_path_length")
@@ -88,6 +98,65 @@ def changing_mazes(opts):
     fig.tight_layout()
     fig.savefig(OUT / "dyna_q_changing.png", dpi=100)
     print(f"wrote {OUT}/dyna_q_changing.runs.csv, .png")
+
+
+def against_n(opts):
+    """Real steps until the greedy policy first reaches the goal and first walks a shortest path, against
+    the number of planning updates per real step; a run that does not within the budget is drawn at the
+    top of the axis (censored) and counts as above every measured value in the median."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    runs = []
+    for twin in opts.twins.split(","):
+        for n in AGAINST_N:
+            for seed in parse_seeds(opts.seeds):
+                cache = Path(opts.log_dir) / f"against_n-{twin}-{n}-{seed}-{AGAINST_N_BUDGET}.json"
+                if cache.exists():  # an interrupted sweep resumes where it stopped
+                    s = json.loads(cache.read_text())
+                else:
+                    s = run_train(f"algos/dyna_q_{twin}.py", opts.log_dir, seed=seed, env_id="DynaMaze-v0",
+                                  planning_steps=n, total_timesteps=AGAINST_N_BUDGET)
+                    cache.parent.mkdir(parents=True, exist_ok=True)
+                    cache.write_text(json.dumps({k: s[k] for k in (*MILESTONES, "wall_time")}))
+                runs.append(dict(twin=twin, n=n, seed=seed, wall_time=s["wall_time"], **{k: s[k] for k in MILESTONES}))
+                print(f"{twin:5s} n={n:2d} seed {seed}: " + "  ".join(f"{k} {s[k]}" for k in MILESTONES) +
+                      f"  ({s['wall_time']:.1f} s)", flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    with open(OUT / "dyna_q_against_n.runs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["twin", "n", "seed", *MILESTONES, "budget", "wall_time_s"])
+        for r in runs:
+            w.writerow([r["twin"], r["n"], r["seed"], *("" if r[k] is None else r[k] for k in MILESTONES),
+                        AGAINST_N_BUDGET, f"{r['wall_time']:.1f}"])
+    censored = AGAINST_N_BUDGET * 1.5  # where a run that never got there is drawn
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), sharey=True)
+    for ax, key, title in zip(axes, ("steps_to_greedy_path", "steps_to_optimal"),
+                              ("greedy policy first reaches the goal", "greedy policy first walks a shortest path")):
+        for twin, color, shift in (("torch", "tab:blue", -0.12), ("jax", "tab:orange", 0.12)):
+            medians, counts = [], set()
+            for i, n in enumerate(AGAINST_N):
+                values = [censored if r[key] is None else r[key] for r in runs if (r["twin"], r["n"]) == (twin, n)]
+                if not values:
+                    continue
+                ax.scatter([i + shift] * len(values), values, s=10, color=color, alpha=0.5)
+                medians.append((i + shift, float(np.median(values))))
+                counts.add(len(values))
+            if medians:
+                ax.plot(*zip(*medians), "-o", color=color, ms=4,
+                        label=f"{twin}: median of {'/'.join(map(str, sorted(counts)))} seeds")
+        ax.axhline(AGAINST_N_BUDGET, color="gray", ls=":", lw=1)
+        ax.text(0, AGAINST_N_BUDGET * 1.15, f"not within {AGAINST_N_BUDGET:,} steps", fontsize=7, color="gray")
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(AGAINST_N)), [str(n) for n in AGAINST_N])
+        ax.set_xlabel("planning updates per real step, n")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7, loc="lower left")
+    axes[0].set_ylabel("real steps (log scale)")
+    fig.suptitle("Dyna maze: real steps to the goal and to the optimum against n", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(OUT / "dyna_q_against_n.png", dpi=100)
+    print(f"wrote {OUT}/dyna_q_against_n.runs.csv, .png")
 
 
 def planning_timing(repeats=200):
@@ -145,12 +214,16 @@ def main():
     parser.add_argument("--changing", action="store_true",
                         help="the blocking and shortcut mazes, Dyna-Q against Dyna-Q+")
     parser.add_argument("--timing", action="store_true", help="time one planning phase (n = 50) of each twin")
+    parser.add_argument("--against-n", action="store_true",
+                        help="real steps to the goal and to a shortest path for n = 0 ... 50, 20,000 steps a run")
     parser.add_argument("--log-dir", default="/tmp/dyna_q_curves")
     opts = parser.parse_args()
     if opts.timing:
         return planning_timing()
     if opts.changing:
         return changing_mazes(opts)
+    if opts.against_n:
+        return against_n(opts)
     runs = []
     for twin in opts.twins.split(","):
         for n, budget in BUDGET.items():
