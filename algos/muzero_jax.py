@@ -17,7 +17,7 @@ within 1e-5 (every module-level function, loss values and gradients), a smoke ru
 curves for two runs with the same seed.
 Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, hundred-step value targets, gamma
 0.997, a replay holding the whole run, observations scaled to their declared bounds: 20-episode means
->= 400 on 29 of seeds 1-30 (IQM 500.0; seed 17 ends at 262.5) on a 2-core AMD EPYC (torch twin: 15 of
+>= 400 on 29 of seeds 1-31 (IQM 500.0; seeds 17 and 31 end at 262.5 and 269.75) on a 2-core AMD EPYC (torch twin: 15 of
 15; with fifty-step targets, the defaults before, 17 of 20 there and 19 of 20 on a 2-core Intel Xeon);
 the registered bar is 400 on 3 of seeds 1-5. A default run (tests/benchmark.py, alone): 151-171 s on
 the AMD EPYC (165-243 s two at a time there).

@@ -17,7 +17,7 @@ within 1e-5 (every module-level function, loss values and gradients), a smoke ru
 curves for two runs with the same seed.
 Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, hundred-step value targets, gamma
 0.997, a replay holding the whole run, observations scaled to their declared bounds: 20-episode means
->= 400 on all 15 of seeds 1-15 (IQM 500.0; lowest 486.65) on a 2-core AMD EPYC (JAX twin: 29 of 30;
+>= 400 on all 15 of seeds 1-15 (IQM 500.0; lowest 486.65) on a 2-core AMD EPYC (JAX twin: 29 of 31;
 with fifty-step targets, the defaults before, 9 of 10 there and 26 of 30 on a 2-core Intel Xeon); the
 registered bar is 400 on 3 of seeds 1-5. A default run (tests/benchmark.py, alone): 519 s on the AMD
 EPYC (537-611 s two at a time there, before the n-step targets' per-step terms left their loop).
