@@ -21,12 +21,13 @@ change the greedy policy found a way and a shortest way, the reward collected af
 dyna_q_changing.png (cumulative reward against real steps, mean over seeds). With --timing it times
 one planning phase of each twin (and of a batched torch variant) and writes nothing.
 
-With --against-n it runs the Dyna maze for n = 0, 1, 2, 5, 10, 20, 50, every run 20,000 real steps, and
-writes (each run cached as JSON under --log-dir, so an interrupted sweep resumes) dyna_q_against_n.runs.csv (one row per run: the real step at which the greedy policy first reached
-the goal and first walked a shortest path, or nothing when it did not within the budget) and
+With --against-n it runs the Dyna maze for n = 0, 1, 2, 5, 10, 20, 50, every run 20,000 real steps
+(each run cached as JSON under --log-dir, so an interrupted sweep resumes), and writes
+dyna_q_against_n.runs.csv (one row per run: the real step at which the greedy policy first reached the
+goal and first walked a shortest path, or nothing when it did not within the budget) and
 dyna_q_against_n.png (those real steps against n, every run and the median over seeds):
 
-    python tests/dyna_q_curves.py --against-n --seeds 1-10
+    python tests/dyna_q_curves.py --against-n --seeds 1-5    # the figure of docs/algorithms/dyna_q.md
 """
 import argparse
 import csv
