@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, torch_dense
 
 TOL = 1e-5
 
@@ -172,19 +172,13 @@ def _shared_networks(pt, jx, obs_dim=4, A=2, H=16, L=8, S=5, seed=0):
         for p in net_t.parameters():
             p.copy_(torch.randn_like(p) * 0.5)
     net_j = jx.MuZeroNet(A, H, L, S)
-    state = net_t.state_dict()
-    layers = {"representation": ("layers_0", "layers_2"), "dynamics_trunk": ("layers_0",),
-              "prediction_trunk": ("layers_0",)}
-    params = {}
-    for name in ("representation", "dynamics_trunk", "prediction_trunk", "dynamics_latent", "dynamics_reward",
-                 "prediction_policy", "prediction_value"):
-        if name in layers:
-            params[name] = {layer: {"kernel": jnp.asarray(state[f"{name}.{layer[7:]}.weight"].numpy().T),
-                                    "bias": jnp.asarray(state[f"{name}.{layer[7:]}.bias"].numpy())}
-                            for layer in layers[name]}
-        else:
-            params[name] = {"kernel": jnp.asarray(state[f"{name}.weight"].numpy().T),
-                            "bias": jnp.asarray(state[f"{name}.bias"].numpy())}
+    params = {  # flax's nn.Sequential names its i-th layer layers_i, as torch's Sequential indexes it
+        "representation": {"layers_0": torch_dense(net_t.representation[0]),
+                           "layers_2": torch_dense(net_t.representation[2])},
+        "dynamics_trunk": {"layers_0": torch_dense(net_t.dynamics_trunk[0])},
+        "prediction_trunk": {"layers_0": torch_dense(net_t.prediction_trunk[0])},
+        **{name: torch_dense(getattr(net_t, name)) for name in
+           ("dynamics_latent", "dynamics_reward", "prediction_policy", "prediction_value")}}
     template = net_j.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_dim)), jnp.zeros((1,), jnp.int32))
     assert jax.tree_util.tree_structure(template) == jax.tree_util.tree_structure({"params": params})
     return net_t, net_j, {"params": params}

@@ -214,6 +214,16 @@ class FedTorch:
         return torch.tensor(x)
 
 
+def planner_inputs(pt, jx, data):
+    """Both twins' ensembles on the same weights, each with the normaliser of the same transitions,
+    and Pendulum's action bounds: what a planner of either twin is built from."""
+    t_model, j_model, params = twin_ensembles(pt, jx)
+    inputs, targets = transitions(data)
+    t_model.set_normalizer(inputs, targets)
+    low, high = np.array([-2.0], np.float32), np.array([2.0], np.float32)
+    return t_model, j_model, params, jx.make_normalizer(inputs, targets), low, high
+
+
 PLAN = SimpleNamespace(horizon=6, particles=2, population=20, num_elites=4, cem_iterations=3, cem_smoothing=0.1)
 
 
@@ -225,11 +235,7 @@ def test_planner_returns_parity(twins, data, monkeypatch):
     same permutations and eps through its module's `torch` (FedTorch). Every candidate's predicted
     return agrees within 1e-5."""
     pt, jx = twins
-    t_model, j_model, params = twin_ensembles(pt, jx)
-    inputs, targets = transitions(data)
-    t_model.set_normalizer(inputs, targets)
-    norm = jx.make_normalizer(inputs, targets)
-    low, high = np.array([-2.0], np.float32), np.array([2.0], np.float32)
+    t_model, j_model, params, norm, low, high = planner_inputs(pt, jx, data)
     obs = data["obs"][0]
     samples = data["plan_samples"]
     key = jax.random.PRNGKey(data["seed"])
@@ -253,11 +259,7 @@ def test_planner_cem_plan_parity(twins, data, monkeypatch):
     through which candidates are elites, so this checks the elite choices and the refits; the values
     themselves are test_planner_returns_parity's."""
     pt, jx = twins
-    t_model, j_model, params = twin_ensembles(pt, jx)
-    inputs, targets = transitions(data)
-    t_model.set_normalizer(inputs, targets)
-    norm = jx.make_normalizer(inputs, targets)
-    low, high = np.array([-2.0], np.float32), np.array([2.0], np.float32)
+    t_model, j_model, params, norm, low, high = planner_inputs(pt, jx, data)
     obs = data["obs"][1]
     key = jax.random.PRNGKey(100 + data["seed"])
     j_planner = jx.Planner(j_model, PLAN, low, high, key)
