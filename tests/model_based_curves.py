@@ -1,21 +1,26 @@
 """Sample efficiency on Pendulum-v1: PETS and MBPO against SAC on the same real steps, for
 docs/algorithms/model_based.md. Not a test.
 
-    python tests/model_based_curves.py                    # MBPO (JAX) and SAC (both twins) at 3,000 steps, seeds 1-3
-    python tests/model_based_curves.py --seeds 1-5 --mbpo-twins jax,torch
+    python tests/model_based_curves.py                    # SAC (both twins) at 3,000 steps, seeds 1-5, then the figure
+    python tests/model_based_curves.py --pets-logs runs/pets_torch,runs/pets_jax   # first redraw pets.md's figure
 
-Runs MBPO and SAC for 3,000 real steps (15 episodes; SAC with `learning_starts=400`, two random
-episodes as MBPO and PETS get one, since its default 5,000 would leave no update), reads the PETS
-runs already recorded by docs/algorithms/pets.md (docs/assets/curves/pets_pendulum.runs.csv) and
-the full 30,000-step SAC curves of the learning suite (docs/assets/curves/sac_{torch,jax}-Pendulum-v1.csv),
-and writes
+Runs SAC for 3,000 real steps (15 episodes, `learning_starts=400`: two random episodes as MBPO and
+PETS get one, since its default 5,000 would leave no update) and reads every other run from the
+curves already recorded: PETS from docs/algorithms/pets.md's runs (docs/assets/curves/pets_pendulum.runs.csv),
+MBPO from its learning spec's runs (docs/assets/curves/mbpo_{torch,jax}-Pendulum-v1.csv, seeds 1-5 at the
+defaults, 3,000 steps) and the full 30,000-step SAC curves of the learning suite
+(docs/assets/curves/sac_{torch,jax}-Pendulum-v1.csv). It writes
 
     docs/assets/curves/model_based_pendulum.runs.csv  every episode of every run (method, twin, seed, episode, step, return)
     docs/assets/curves/model_based_pendulum.csv       per run: steps until the 5-episode mean first reaches -300, final mean
     docs/assets/curves/model_based_pendulum.png       5-episode running mean against real steps (log axis), median and range
 
-Each finished run is cached as JSON under --log-dir (runs/model_based/ by default), so an
+Each finished SAC run is cached as JSON under --log-dir (runs/model_based/ by default), so an
 interrupted sweep resumes where it stopped.
+
+`--pets-logs TORCH,JAX` first rewrites pets.md's figure and table of runs
+(docs/assets/curves/pets_pendulum.{png,runs.csv}) from the event files of two `tests/evaluation.py`
+sweeps at the defaults (their `--log-dir`s, one a twin; the command is on pets.md).
 """
 import argparse
 import csv
@@ -44,6 +49,69 @@ def steps_to_bar(steps, returns, bar=BAR, window=WINDOW):
     return None
 
 
+def median_steps(reached):
+    """Median of steps-to-bar over runs, a run that never got there counting as later than all
+    (None when that puts the median among them)."""
+    m = float(np.median([np.inf if r is None else r for r in reached]))
+    return m if np.isfinite(m) else None
+
+
+def read_event_returns(run_dir):
+    """[(global_step, return)] of every episode logged under run_dir (charts/episodic_return)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    ea.Reload()
+    return [(int(e.step), float(e.value)) for e in ea.Scalars("charts/episodic_return")]
+
+
+def write_pets_figure(log_dirs):
+    """pets_pendulum.runs.csv and .png from two tests/evaluation.py sweeps: log_dirs = {twin: dir}, each
+    holding one run directory a seed (dir/SEED/Pendulum-v1__pets_TWIN__SEED__TIME)."""
+    runs = {}
+    for twin, log_dir in log_dirs.items():
+        for seed_dir in sorted(Path(log_dir).iterdir(), key=lambda d: int(d.name)):
+            (run_dir,) = list(seed_dir.glob("Pendulum-v1__*"))  # one run a seed, or the sweep is ambiguous
+            runs[(twin, int(seed_dir.name))] = read_event_returns(run_dir)
+    with open(OUT / "pets_pendulum.runs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["twin", "seed", "episode", "global_step", "return"])
+        for (twin, seed), curve in sorted(runs.items()):
+            w.writerows((twin, seed, i, step, round(ret, 2)) for i, (step, ret) in enumerate(curve, start=1))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for twin, colour in (("torch", "tab:blue"), ("jax", "tab:orange")):
+        curves = np.array([[r for _, r in c] for (t, _), c in sorted(runs.items()) if t == twin])
+        episodes = np.arange(1, curves.shape[1] + 1)
+        for c in curves:
+            ax.plot(episodes, c, color=colour, lw=0.8, alpha=0.25)
+        ax.plot(episodes, np.mean(curves, axis=0), color=colour, lw=2, label=f"{twin}: mean of {len(curves)} seeds")
+        finals = curves[:, -WINDOW:].mean(axis=1)
+        print(f"PETS {twin}: final_mean_return {np.round(finals, 1).tolist()}; "
+              f"{int((finals > BAR).sum())} of {len(finals)} better than {BAR:.0f}")
+    ax.axhline(BAR, color="black", ls="--", lw=1, label=f"issue 13's bar ({BAR:.0f})")
+    ax.set_xlabel("episode (200 steps each; episode 1 random)")
+    ax.set_ylabel("episodic return")
+    ax.set_title(f"PETS on Pendulum-v1, {STEPS // 200} episodes = {STEPS:,} steps")
+    ax.legend(loc="lower center")
+    fig.tight_layout()
+    fig.savefig(OUT / "pets_pendulum.png", dpi=100)
+    print(f"wrote {OUT / 'pets_pendulum.png'}")
+
+
+def read_spec_curves(name):
+    """{(twin, seed): [(step, return)]} of a learning spec's recorded curves, docs/assets/curves/NAME_TWIN-Pendulum-v1.csv."""
+    runs = {}
+    for twin in ("torch", "jax"):
+        path = OUT / f"{name}_{twin}-Pendulum-v1.csv"
+        if path.exists():
+            with open(path) as f:
+                for r in csv.DictReader(f):
+                    runs.setdefault((twin, int(r["seed"])), []).append((int(r["global_step"]), float(r["value"])))
+    return runs
+
+
 def run_cached(script, seed, log_dir, **overrides):
     path = Path(log_dir) / f"{Path(script).stem}-{seed}-{STEPS}.json"
     if path.exists():
@@ -58,39 +126,30 @@ def run_cached(script, seed, log_dir, **overrides):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", default="1-3")
-    p.add_argument("--mbpo-twins", default="jax")
+    p.add_argument("--seeds", default="1-5", help="seeds of the 3,000-step SAC runs")
     p.add_argument("--sac-twins", default="torch,jax")
     p.add_argument("--log-dir", default=str(ROOT / "runs" / "model_based"))
+    p.add_argument("--pets-logs", default=None, help="TORCH_DIR,JAX_DIR: first redraw pets.md's figure from these sweeps")
     opts = p.parse_args()
     seeds = parse_seeds(opts.seeds)
+    if opts.pets_logs:
+        write_pets_figure(dict(zip(("torch", "jax"), opts.pets_logs.split(","), strict=True)))
 
     rows = []  # (method, twin, seed, episode, step, return)
     with open(OUT / "pets_pendulum.runs.csv") as f:
         for r in csv.DictReader(f):
             rows.append(("PETS", r["twin"], int(r["seed"]), int(r["episode"]), int(r["global_step"]), float(r["return"])))
     wall = {}
-    for method, script_of, twins, extra in (
-            ("MBPO", "algos/mbpo_{}.py", opts.mbpo_twins, {}),
-            ("SAC", "algos/sac_{}.py", opts.sac_twins, {"learning_starts": 400})):
-        for twin in filter(None, twins.split(",")):
-            for seed in seeds:
-                s = run_cached(script_of.format(twin), seed, opts.log_dir, env_id="Pendulum-v1", **extra)
-                wall[(method, twin, seed)] = s["wall_time"]
-                for i, (step, ret) in enumerate(s["episodic_returns"], start=1):
-                    rows.append((method, twin, seed, i, step, ret))
-                print(f"{method} {twin} seed {seed}: final {s['final_mean_return']:.1f} ({s['wall_time']:.0f} s)",
-                      flush=True)
-    for twin in ("torch", "jax"):  # the learning suite's 30,000-step SAC runs
-        path = OUT / f"sac_{twin}-Pendulum-v1.csv"
-        if not path.exists():
-            continue
-        episode = {}
-        with open(path) as f:
-            for r in csv.DictReader(f):
-                seed = int(r["seed"])
-                episode[seed] = episode.get(seed, 0) + 1
-                rows.append(("SAC 30k", twin, seed, episode[seed], int(r["global_step"]), float(r["value"])))
+    for (twin, seed), curve in sorted(read_spec_curves("mbpo").items()):  # the learning spec's runs, seeds 1-5
+        rows += [("MBPO", twin, seed, i, step, ret) for i, (step, ret) in enumerate(curve, start=1)]
+    for twin in filter(None, opts.sac_twins.split(",")):
+        for seed in seeds:
+            s = run_cached(f"algos/sac_{twin}.py", seed, opts.log_dir, env_id="Pendulum-v1", learning_starts=400)
+            wall[("SAC", twin, seed)] = s["wall_time"]
+            rows += [("SAC", twin, seed, i, step, ret) for i, (step, ret) in enumerate(s["episodic_returns"], start=1)]
+            print(f"SAC {twin} seed {seed}: final {s['final_mean_return']:.1f} ({s['wall_time']:.0f} s)", flush=True)
+    for (twin, seed), curve in sorted(read_spec_curves("sac").items()):  # the learning suite's 30,000-step runs
+        rows += [("SAC 30k", twin, seed, i, step, ret) for i, (step, ret) in enumerate(curve, start=1)]
 
     with open(OUT / "model_based_pendulum.runs.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -119,8 +178,7 @@ def main():
         if not got:
             continue
         reached = [t["steps_to_-300"] for t in got]
-        finite = [r for r in reached if r is not None]
-        medians[method] = float(np.median(finite)) if len(finite) * 2 > len(reached) else None
+        medians[method] = median_steps(reached)
         print(f"  {method:8s} {len(got)} runs: {reached}; median {medians[method]}; final "
               f"{[t['final_mean_return'] for t in got]}")
     if medians.get("SAC 30k"):

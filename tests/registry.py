@@ -356,14 +356,16 @@ REGISTRY = [
                  at_most={"episodes_to_greedy_path": 5}, curve="steps_per_episode_curve", x_label="episodes", smooth=1,
                  note="issue 13: tests/dyna_q_curves.py --seeds 1-10: episodes_to_greedy_path 2, greedy path 14 or 16 (2-4 s each here)"),
     # PETS, Pendulum-v1, 15 episodes = 3,000 steps; final_mean_return = mean of the last 5 episodes
-    # (docs/algorithms/pets.md). Seed 3 fails in both twins: its last episode starts near the bottom and the
-    # 15-step planner holds the pendulum part-way up (a short-horizon local optimum, documented).
+    # (docs/algorithms/pets.md). Horizon 25 (the default since 2026-12-07): seeds 1-10 of both twins on the
+    # AMD EPYC, 20 of 20 runs better than -300, the worst -210 (JAX seed 9); on seeds 1-5 the worst is -191, 109
+    # above the bar, so every seed is asked. At horizon 15 (before) seed 3 failed in both twins (-446: its last
+    # episode starts near the bottom and the 15-step planner held the pendulum part-way up), -250 on 4 of 5.
     LearningSpec("algos/pets_torch.py", {"env_id": "Pendulum-v1", "total_timesteps": 3000},
-                 threshold=-250.0, seeds=(1, 2, 3, 4, 5), min_passing=4, smooth=5,
-                 note="issue 13: seeds 1-5 gave -155, -149, -446, -76, -158 (130-270 s each, loaded dev machine)"),
+                 threshold=-300.0, seeds=(1, 2, 3, 4, 5), smooth=5,
+                 note="issue 13: horizon 25, seeds 1-5 gave -123.3, -143.5, -191.1, -73.8, -150.3 (AMD EPYC, two runs at a time); 10 of seeds 1-10 better than -300"),
     LearningSpec("algos/pets_jax.py", {"env_id": "Pendulum-v1", "total_timesteps": 3000},
-                 threshold=-250.0, seeds=(1, 2, 3, 4, 5), min_passing=4, smooth=5,
-                 note="issue 13: seeds 1-5 gave -153, -176, -446, -76, -159 (86-176 s each, loaded dev machine)"),
+                 threshold=-300.0, seeds=(1, 2, 3, 4, 5), smooth=5,
+                 note="issue 13: horizon 25, seeds 1-5 gave -123.0, -143.9, -190.0, -73.1, -151.2 (AMD EPYC, two runs at a time); 10 of seeds 1-10 better than -300"),
     # MBPO, Pendulum-v1, 3,000 steps (15 episodes), last-5-episode mean (docs/algorithms/mbpo.md). Seeds 1-5
     # of both twins on the AMD EPYC (2026-12-07): 8 of the 10 runs better than -300, seed 4 fails in both
     # twins (-1,103 / -1,111: the policy never swings up in 15 episodes). At that rate 2 of 5 over -300
