@@ -357,9 +357,10 @@ REGISTRY = [
                  note="issue 13: tests/dyna_q_curves.py --seeds 1-10: episodes_to_greedy_path 2, greedy path 14 or 16 (2-4 s each here)"),
     # PETS, Pendulum-v1, 15 episodes = 3,000 steps; final_mean_return = mean of the last 5 episodes
     # (docs/algorithms/pets.md). Horizon 25 (the default since 2026-12-07): seeds 1-10 of both twins on the
-    # AMD EPYC, 20 of 20 runs better than -300, the worst -210 (JAX seed 9); on seeds 1-5 the worst is -191, 109
-    # above the bar, so every seed is asked. At horizon 15 (before) seed 3 failed in both twins (-446: its last
-    # episode starts near the bottom and the 15-step planner held the pendulum part-way up), -250 on 4 of 5.
+    # AMD EPYC, 20 of 20 runs better than -300, the worst -214 (torch seed 9); on seeds 1-5 the worst is -191,
+    # 109 above the bar, so every seed is asked (this spec's own run passed in both twins, 2026-12-07, each seed
+    # equal to the sweep's). At horizon 15 (before) seed 3 failed in both twins (-446: its last episode starts
+    # near the bottom and the 15-step planner held the pendulum part-way up), and the bar was -250 on 4 of 5.
     LearningSpec("algos/pets_torch.py", {"env_id": "Pendulum-v1", "total_timesteps": 3000},
                  threshold=-300.0, seeds=(1, 2, 3, 4, 5), smooth=5,
                  note="issue 13: horizon 25, seeds 1-5 gave -123.3, -143.5, -191.1, -73.8, -150.3 (AMD EPYC, two runs at a time); 10 of seeds 1-10 better than -300"),
