@@ -101,15 +101,19 @@ def write_pets_figure(log_dirs):
 
 
 def read_spec_curves(name):
-    """{(twin, seed): [(step, return)]} of a learning spec's recorded curves, docs/assets/curves/NAME_TWIN-Pendulum-v1.csv."""
-    runs = {}
+    """A learning spec's recorded runs: {(twin, seed): [(step, return)]} from docs/assets/curves/NAME_TWIN-Pendulum-v1.csv
+    and {(twin, seed): wall time in s} from its .runs.csv."""
+    runs, wall = {}, {}
     for twin in ("torch", "jax"):
         path = OUT / f"{name}_{twin}-Pendulum-v1.csv"
         if path.exists():
             with open(path) as f:
                 for r in csv.DictReader(f):
                     runs.setdefault((twin, int(r["seed"])), []).append((int(r["global_step"]), float(r["value"])))
-    return runs
+        if path.with_suffix(".runs.csv").exists():  # written by the learning suite since it kept wall times
+            with open(path.with_suffix(".runs.csv")) as f:
+                wall.update({(twin, int(r["seed"])): float(r["wall_time_s"]) for r in csv.DictReader(f)})
+    return runs, wall
 
 
 def run_cached(script, seed, log_dir, **overrides):
@@ -140,15 +144,17 @@ def main():
         for r in csv.DictReader(f):
             rows.append(("PETS", r["twin"], int(r["seed"]), int(r["episode"]), int(r["global_step"]), float(r["return"])))
     wall = {}
-    for (twin, seed), curve in sorted(read_spec_curves("mbpo").items()):  # the learning spec's runs, seeds 1-5
+    mbpo, mbpo_wall = read_spec_curves("mbpo")  # the learning spec's runs, seeds 1-5
+    for (twin, seed), curve in sorted(mbpo.items()):
         rows += [("MBPO", twin, seed, i, step, ret) for i, (step, ret) in enumerate(curve, start=1)]
+        wall[("MBPO", twin, seed)] = mbpo_wall.get((twin, seed), float("nan"))
     for twin in filter(None, opts.sac_twins.split(",")):
         for seed in seeds:
             s = run_cached(f"algos/sac_{twin}.py", seed, opts.log_dir, env_id="Pendulum-v1", learning_starts=400)
             wall[("SAC", twin, seed)] = s["wall_time"]
             rows += [("SAC", twin, seed, i, step, ret) for i, (step, ret) in enumerate(s["episodic_returns"], start=1)]
             print(f"SAC {twin} seed {seed}: final {s['final_mean_return']:.1f} ({s['wall_time']:.0f} s)", flush=True)
-    for (twin, seed), curve in sorted(read_spec_curves("sac").items()):  # the learning suite's 30,000-step runs
+    for (twin, seed), curve in sorted(read_spec_curves("sac")[0].items()):  # the learning suite's 30,000-step runs
         rows += [("SAC 30k", twin, seed, i, step, ret) for i, (step, ret) in enumerate(curve, start=1)]
 
     with open(OUT / "model_based_pendulum.runs.csv", "w", newline="") as f:
