@@ -16,6 +16,7 @@ two runs with the same seed, and learning (pytest -m learning): a 20-episode mea
 CartPole-v1 at 200k steps, seeds 1-3.
 Reproduce: python algos/a2c_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -98,8 +99,9 @@ def compute_gae(rewards, values, dones, last_value, gamma, lam):
         advantage = delta + gamma * lam * not_done * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value),
-                                 (rewards, values, next_values, dones), reverse=True)
+    _, advantages = jax.lax.scan(
+        step, jnp.zeros_like(last_value), (rewards, values, next_values, dones), reverse=True
+    )
     return advantages, advantages + values
 
 
@@ -117,12 +119,14 @@ def a2c_loss(logp, entropy, values, advantages, returns, vf_coef, ent_coef):
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MLP(nn.Module):
     """64-64 tanh trunk and a linear head; the actor and the critic are two separate MLPs."""
+
     out_dim: int
     head_std: float
 
@@ -173,8 +177,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
@@ -183,12 +191,16 @@ def check_args(args):
     if args.norm_adv and batch_size < 2:
         raise ValueError("--norm-adv needs num_envs * num_steps >= 2")
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -220,8 +232,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -242,9 +255,12 @@ def train(args: Args) -> dict:
     else:
         schedule = args.learning_rate
     # torch's RMSprop: v = 0.99 v + 0.01 g^2, step lr * g / (sqrt(v) + eps), eps outside the sqrt
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm),
-                            optax.inject_hyperparams(optax.rmsprop)(learning_rate=schedule, decay=0.99,
-                                                                    eps=1e-5, eps_in_sqrt=False))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.rmsprop)(
+            learning_rate=schedule, decay=0.99, eps=1e-5, eps_in_sqrt=False
+        ),
+    )
     opt_state = optimizer.init(params)
 
     def loss_fn(params, batch):
@@ -252,8 +268,9 @@ def train(args: Args) -> dict:
         b_advantages = batch["advantages"]
         if args.norm_adv:
             b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std(ddof=1) + 1e-8)
-        loss, pg_loss, v_loss, entropy_loss = a2c_loss(logp, entropy, value, b_advantages, batch["returns"],
-                                                       args.vf_coef, args.ent_coef)
+        loss, pg_loss, v_loss, entropy_loss = a2c_loss(
+            logp, entropy, value, b_advantages, batch["returns"], args.vf_coef, args.ent_coef
+        )
         return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss}
 
     @jax.jit
@@ -311,12 +328,17 @@ def train(args: Args) -> dict:
 
         # ---- advantages (bootstrap from the observation after the rollout)
         last_value = get_value(params, next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- update: one gradient step on the whole batch
-        batch = {"obs": obs_buf.reshape(batch_size, obs_dim), "actions": actions_buf.reshape(-1),
-                 "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
+        batch = {
+            "obs": obs_buf.reshape(batch_size, obs_dim),
+            "actions": actions_buf.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+        }
         params, opt_state, stats = update(params, opt_state, batch)
         learning_rate = opt_state[1].hyperparams["learning_rate"]  # the rate this update used
 
@@ -332,8 +354,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 

@@ -16,6 +16,7 @@ two runs with the same seed, and learning (pytest -m learning): a 20-episode mea
 CartPole-v1 at 200k steps, seeds 1-3.
 Reproduce: python algos/a2c_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -122,13 +123,17 @@ class Agent(nn.Module):
     def __init__(self, obs_dim, num_actions):
         super().__init__()
         self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, 1), std=1.0),
         )
         self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, num_actions), std=0.01),
         )
 
@@ -157,8 +162,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
@@ -167,12 +176,16 @@ def check_args(args):
     if args.norm_adv and batch_size < 2:
         raise ValueError("--norm-adv needs num_envs * num_steps >= 2")
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -203,8 +216,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -256,7 +270,9 @@ def train(args: Args) -> dict:
             reward = reward.astype(np.float32)
             only_truncated = truncated & ~terminated
             if only_truncated.any():
-                final_obs = torch.as_tensor(np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device)
+                final_obs = torch.as_tensor(
+                    np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device
+                )
                 with torch.no_grad():
                     reward[only_truncated] += args.gamma * agent.get_value(final_obs).cpu().numpy()
             rewards_buf[step] = torch.as_tensor(reward, device=device)
@@ -272,18 +288,24 @@ def train(args: Args) -> dict:
         # ---- advantages (bootstrap from the observation after the rollout)
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- update: one gradient step on the whole batch
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_actions = actions_buf.reshape(-1)
-        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values_buf.reshape(-1)
+        b_advantages, b_returns, b_values = (
+            advantages.reshape(-1),
+            returns.reshape(-1),
+            values_buf.reshape(-1),
+        )
         logp, entropy, value = agent.evaluate_actions(b_obs, b_actions)
         if args.norm_adv:
             b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
-        loss, pg_loss, v_loss, entropy_loss = a2c_loss(logp, entropy, value, b_advantages, b_returns,
-                                                       args.vf_coef, args.ent_coef)
+        loss, pg_loss, v_loss, entropy_loss = a2c_loss(
+            logp, entropy, value, b_advantages, b_returns, args.vf_coef, args.ent_coef
+        )
         optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
@@ -291,7 +313,9 @@ def train(args: Args) -> dict:
         stats = {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "entropy": entropy_loss.item()}
 
         var_returns = b_returns.var().item()
-        explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        explained_var = (
+            np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        )
         sps = int(global_step / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         for name, value in stats.items():
@@ -301,8 +325,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 

@@ -27,6 +27,7 @@ Measured (docs/algorithms/bc.md): pendulum-expert, 5,000 gradient steps, seeds 1
 expert trajectories the torch twin's mean over seeds 1-5 was -998 / -724 / -138 (compounding error).
 Reproduce: python algos/bc_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -78,8 +79,16 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(dataset="pointmaze-stitch", dataset_episodes=30, total_steps=20, batch_size=16, hidden_size=16,
-                  eval_every=10, eval_episodes=1, save_model=True)
+SMOKE_ARGS = dict(
+    dataset="pointmaze-stitch",
+    dataset_episodes=30,
+    total_steps=20,
+    batch_size=16,
+    hidden_size=16,
+    eval_every=10,
+    eval_episodes=1,
+    save_model=True,
+)
 LOG_EVERY = 100  # gradient steps between two logged losses
 
 
@@ -111,8 +120,8 @@ def training_rows(bounds, returns, episodes, fraction):
     ceil(fraction * N) with the highest returns (ties: the earlier trajectory). fraction 0.1 is "%BC"
     (Chen et al. 2021, the Decision Transformer paper): BC on the best 10% of the trajectories."""
     bounds = bounds[:episodes] if episodes else bounds
-    best = np.argsort(-np.asarray(returns[:len(bounds)]), kind="stable")
-    keep = np.sort(best[:max(1, int(np.ceil(fraction * len(bounds) - 1e-9)))])
+    best = np.argsort(-np.asarray(returns[: len(bounds)]), kind="stable")
+    keep = np.sort(best[: max(1, int(np.ceil(fraction * len(bounds) - 1e-9)))])
     return np.concatenate([np.arange(bounds[i][0], bounds[i][1]) for i in keep])
 
 
@@ -146,8 +155,10 @@ def check_args(args):
         raise ValueError(f"learning_rate = {args.learning_rate} must be positive")
     trajectories = len(offline_data.episode_bounds(offline_data.load_dataset(args.dataset)))
     if not 0 <= args.dataset_episodes <= trajectories:
-        raise ValueError(f"dataset_episodes = {args.dataset_episodes} must be between 0 (all) and the "
-                         f"{trajectories} trajectories of {args.dataset}")
+        raise ValueError(
+            f"dataset_episodes = {args.dataset_episodes} must be between 0 (all) and the "
+            f"{trajectories} trajectories of {args.dataset}"
+        )
     if not 0 < args.top_fraction <= 1:
         raise ValueError(f"top_fraction = {args.top_fraction} must be in (0, 1] (1 keeps every trajectory)")
     return info
@@ -158,8 +169,12 @@ def policy_head(env_id):
     space = offline_data.make_env(env_id).action_space
     if hasattr(space, "n"):
         return True, int(space.n), np.zeros(1, np.float32), np.zeros(1, np.float32)
-    return (False, int(np.prod(space.shape)), ((space.high - space.low) / 2.0).astype(np.float32),
-            ((space.high + space.low) / 2.0).astype(np.float32))
+    return (
+        False,
+        int(np.prod(space.shape)),
+        ((space.high - space.low) / 2.0).astype(np.float32),
+        ((space.high + space.low) / 2.0).astype(np.float32),
+    )
 
 
 def run_episodes(act, env_id, episodes, seed):
@@ -182,6 +197,7 @@ def run_episodes(act, env_id, episodes, seed):
 def make_act(policy, discrete, action_scale, action_bias, get_params):
     """The deterministic policy as a numpy function: argmax of the logits, or the squashed action.
     get_params() returns the current parameters (they change during training)."""
+
     @jax.jit
     def forward(params, obs):
         out = policy.apply(params, obs)
@@ -189,6 +205,7 @@ def make_act(policy, discrete, action_scale, action_bias, get_params):
 
     def act(obs):
         return np.asarray(forward(get_params(), jnp.asarray(obs, dtype=jnp.float32)))
+
     return act
 
 
@@ -211,8 +228,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the evaluation environments (episode i gets seed + 10_000 + i).
     random.seed(args.seed)
@@ -226,8 +244,12 @@ def train(args: Args) -> dict:
     # ---- the data: the first dataset_episodes trajectories (all with 0), of those the top_fraction with
     # the highest returns (all with 1), on the device
     data = offline_data.load_dataset(args.dataset)
-    rows = training_rows(offline_data.episode_bounds(data), offline_data.episode_returns(data), args.dataset_episodes,
-                         args.top_fraction)
+    rows = training_rows(
+        offline_data.episode_bounds(data),
+        offline_data.episode_returns(data),
+        args.dataset_episodes,
+        args.top_fraction,
+    )
     size = len(rows)
     observations = jnp.asarray(data["observations"][rows])
     actions = jnp.asarray(data["actions"][rows])
@@ -250,11 +272,13 @@ def train(args: Args) -> dict:
     @jax.jit
     def update(state, observations, actions, indices):
         """len(indices) gradient steps, one per row of minibatch indices (lax.scan), as one jitted call."""
+
         def step(carry, idx):
             params, opt_state = carry
             loss, grads = jax.value_and_grad(loss_fn)(params, observations[idx], actions[idx])
             updates, opt_state = optimizer.update(grads, opt_state)
             return (optax.apply_updates(params, updates), opt_state), loss
+
         (params, opt_state), step_losses = jax.lax.scan(step, (state["params"], state["opt"]), indices)
         return {"params": params, "opt": opt_state}, step_losses[-1]
 
@@ -265,7 +289,9 @@ def train(args: Args) -> dict:
     while step < args.total_steps:
         # ---- gradient steps up to the next log or evaluation point, on minibatches drawn with numpy
         # (the same draws in both twins)
-        chunk = min(LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step)
+        chunk = min(
+            LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step
+        )
         indices = jnp.asarray(rng.integers(0, size, size=(chunk, args.batch_size)))
         state, loss = update(state, observations, actions, indices)
         step += chunk
@@ -284,12 +310,18 @@ def train(args: Args) -> dict:
                 episode_returns.append((step, float(r)))
                 writer.add_scalar("eval/episodic_return", r, step)
             last_mean = float(returns.mean())
-            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, last_mean)),
-                              step)
+            writer.add_scalar(
+                "eval/normalized_score", float(offline_data.normalized_score(args.dataset, last_mean)), step
+            )
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {loss.item():.4f}  eval return {last_mean:8.1f}  "
-                  f"SPS {int(step / (time.time() - start_time)):6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {loss.item():.4f}  eval return {last_mean:8.1f}  "
+                f"SPS {int(step / (time.time() - start_time)):6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 

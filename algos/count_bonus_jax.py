@@ -26,16 +26,15 @@ Measured (docs/algorithms/count_bonus.md): DeepSea14-v0, 28,160 steps, seeds 1-5
 PPO never (0.00 each, both twins); episodes-to-solve against N in tests/exploration_scaling.py.
 Reproduce: python algos/count_bonus_jax.py --seed 1
 """
+
 import os
 import random
 import re
 import sys
 import time
 from dataclasses import asdict, dataclass
-
 from functools import partial
 
-import explore_envs  # registers DeepSea{N}-v0, DeepSeaStochastic{N}-v0 and the NoisyTV*DeepSea{N}-v0 variants
 import flax.linen as nn
 import flax.serialization
 import gymnasium as gym
@@ -45,6 +44,8 @@ import numpy as np
 import optax
 import tyro
 from tensorboardX import SummaryWriter
+
+import explore_envs  # registers DeepSea{N}-v0, DeepSeaStochastic{N}-v0 and the NoisyTV*DeepSea{N}-v0 variants
 
 
 @dataclass
@@ -100,8 +101,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(env_id="DeepSea5-v0", total_timesteps=1024, num_envs=4, num_steps=64, save_model=True,
-                  eval_episodes=2)
+SMOKE_ARGS = dict(
+    env_id="DeepSea5-v0", total_timesteps=1024, num_envs=4, num_steps=64, save_model=True, eval_episodes=2
+)
 
 # A DeepSea id with any integer size, so that N < 1 is named as such (explore_envs registers 1..64).
 DEEP_SEA_ANY_SIZE = re.compile(r"^(" + "|".join(explore_envs.VARIANTS) + r")(-?\d+)-v0$")
@@ -168,8 +170,9 @@ def compute_gae(rewards, values, dones, last_value, gamma, lam):
         advantage = delta + gamma * lam * not_done * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value),
-                                 (rewards, values, next_values, dones), reverse=True)
+    _, advantages = jax.lax.scan(
+        step, jnp.zeros_like(last_value), (rewards, values, next_values, dones), reverse=True
+    )
     return advantages, advantages + values
 
 
@@ -203,12 +206,14 @@ def solve_threshold(env_id):
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MLP(nn.Module):
     """64-64 tanh trunk and a linear head; the actor and the critic are two separate MLPs."""
+
     out_dim: int
     head_std: float
 
@@ -258,8 +263,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -276,27 +285,37 @@ def transition_next_obs(next_obs, infos):
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.bonus_scale < 0:
-        raise ValueError(f"bonus_scale = {args.bonus_scale} is negative: the count bonus is "
-                         f"beta / sqrt(N) with beta >= 0 (0 turns it off)")
+        raise ValueError(
+            f"bonus_scale = {args.bonus_scale} is negative: the count bonus is "
+            f"beta / sqrt(N) with beta >= 0 (0 turns it off)"
+        )
     if args.simhash_bits < 1:
         raise ValueError(f"simhash_bits = {args.simhash_bits}: SimHash needs at least one bit")
     size = DEEP_SEA_ANY_SIZE.match(args.env_id)
     if size and not 1 <= int(size.group(2)) <= explore_envs.MAX_SIZE:
-        raise ValueError(f"{args.env_id}: the DeepSea size N = {size.group(2)} must be in "
-                         f"1..{explore_envs.MAX_SIZE} (N < 1 has no grid)")
+        raise ValueError(
+            f"{args.env_id}: the DeepSea size N = {size.group(2)} must be in "
+            f"1..{explore_envs.MAX_SIZE} (N < 1 has no grid)"
+        )
     if args.env_id not in gym.registry:
         raise ValueError(f"{args.env_id} is not a registered environment id")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -329,8 +348,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -348,11 +368,15 @@ def train(args: Args) -> dict:
     updates_per_iteration = args.update_epochs * args.num_minibatches
     if args.anneal_lr:
         # The same per-iteration staircase as the torch twin: lr * (1 - (iteration - 1) / iterations).
-        schedule = lambda count: args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        schedule = lambda count: (
+            args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        )
     else:
         schedule = args.learning_rate
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm),
-                            optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5),
+    )
     opt_state = optimizer.init(params)
 
     # The counted key phi(s'): exact bytes on DeepSea (one-hot: a tabular count), SimHash elsewhere,
@@ -360,8 +384,9 @@ def train(args: Args) -> dict:
     exact = explore_envs.is_deep_sea(args.env_id)
     space = envs.single_observation_space
     low, high = jnp.asarray(space.low, dtype=jnp.float32), jnp.asarray(space.high, dtype=jnp.float32)
-    A = jnp.asarray(np.random.default_rng(args.seed).standard_normal((args.simhash_bits, obs_dim + 1)),
-                    dtype=jnp.float32)
+    A = jnp.asarray(
+        np.random.default_rng(args.seed).standard_normal((args.simhash_bits, obs_dim + 1)), dtype=jnp.float32
+    )
     hash_bits = jax.jit(lambda obs: simhash(simhash_features(obs, low, high), A))
     counts = {}
 
@@ -371,20 +396,26 @@ def train(args: Args) -> dict:
         if args.norm_adv:
             mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std(ddof=1) + 1e-8)
         pg_loss = ppo_policy_loss(logp, mb["logps"], mb_adv, args.clip_coef)
-        v_loss = ppo_value_loss(value, mb["values"], mb["returns"],
-                                args.clip_coef if args.clip_vloss else None)
+        v_loss = ppo_value_loss(
+            value, mb["values"], mb["returns"], args.clip_coef if args.clip_vloss else None
+        )
         entropy_loss = entropy.mean()
         loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
         logratio = logp - mb["logps"]
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
-                 # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
-                 "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
-                 "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean()}
+        stats = {
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": entropy_loss,
+            # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
+            "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
+            "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean(),
+        }
         return loss, stats
 
     @jax.jit
     def update(params, opt_state, batch, key):
         """The whole update, epochs x minibatches, as one jitted call (two nested lax.scans)."""
+
         def minibatch_step(carry, mb):
             params, opt_state = carry
             grads, stats = jax.grad(loss_fn, has_aux=True)(params, mb)
@@ -393,7 +424,9 @@ def train(args: Args) -> dict:
 
         def epoch_step(carry, epoch_key):
             perm = jax.random.permutation(epoch_key, batch_size)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch)
+            shuffled = jax.tree.map(
+                lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch
+            )
             return jax.lax.scan(minibatch_step, carry, shuffled)
 
         key, *epoch_keys = jax.random.split(key, args.update_epochs + 1)
@@ -453,7 +486,9 @@ def train(args: Args) -> dict:
             reward = reward.astype(np.float32)
             only_truncated = truncated & ~terminated
             if only_truncated.any():
-                reward[only_truncated] += args.gamma * np.asarray(get_value(params, real_next_obs[only_truncated]))
+                reward[only_truncated] += args.gamma * np.asarray(
+                    get_value(params, real_next_obs[only_truncated])
+                )
             rewards_buf[step] = reward + bonus
             dones_buf[step] = done
             next_obs = np.asarray(obs, dtype=np.float32)
@@ -466,13 +501,19 @@ def train(args: Args) -> dict:
 
         # ---- advantages (bootstrap from the observation after the rollout)
         last_value = get_value(params, next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- update: epochs x minibatches over the flattened batch
-        batch = {"obs": obs_buf.reshape(batch_size, obs_dim), "actions": actions_buf.reshape(-1),
-                 "logps": logps_buf.reshape(-1), "advantages": advantages.reshape(-1),
-                 "returns": returns.reshape(-1), "values": values_buf.reshape(-1)}
+        batch = {
+            "obs": obs_buf.reshape(batch_size, obs_dim),
+            "actions": actions_buf.reshape(-1),
+            "logps": logps_buf.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+            "values": values_buf.reshape(-1),
+        }
         params, opt_state, stats, key = update(params, opt_state, batch, key)
         learning_rate = opt_state[1].hyperparams["learning_rate"]  # the rate this update used
 
@@ -490,8 +531,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.2f}  "
-                  f"keys {len(counts):6,d}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.2f}  "
+                f"keys {len(counts):6,d}  SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 

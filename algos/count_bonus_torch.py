@@ -26,6 +26,7 @@ Measured (docs/algorithms/count_bonus.md): DeepSea14-v0, 28,160 steps, seeds 1-5
 PPO never (0.00 each, both twins); episodes-to-solve against N in tests/exploration_scaling.py.
 Reproduce: python algos/count_bonus_torch.py --seed 1
 """
+
 import os
 import random
 import re
@@ -33,13 +34,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-import explore_envs  # registers DeepSea{N}-v0, DeepSeaStochastic{N}-v0 and the NoisyTV*DeepSea{N}-v0 variants
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import tyro
 from torch.utils.tensorboard import SummaryWriter
+
+import explore_envs  # registers DeepSea{N}-v0, DeepSeaStochastic{N}-v0 and the NoisyTV*DeepSea{N}-v0 variants
 
 
 @dataclass
@@ -95,8 +97,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(env_id="DeepSea5-v0", total_timesteps=1024, num_envs=4, num_steps=64, save_model=True,
-                  eval_episodes=2)
+SMOKE_ARGS = dict(
+    env_id="DeepSea5-v0", total_timesteps=1024, num_envs=4, num_steps=64, save_model=True, eval_episodes=2
+)
 
 # A DeepSea id with any integer size, so that N < 1 is named as such (explore_envs registers 1..64).
 DEEP_SEA_ANY_SIZE = re.compile(r"^(" + "|".join(explore_envs.VARIANTS) + r")(-?\d+)-v0$")
@@ -206,8 +209,10 @@ class MLP(nn.Sequential):
 
     def __init__(self, in_dim, out_dim, head_std):
         super().__init__(
-            layer_init(nn.Linear(in_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(in_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, out_dim), std=head_std),
         )
 
@@ -244,8 +249,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -262,27 +271,37 @@ def transition_next_obs(next_obs, infos):
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.bonus_scale < 0:
-        raise ValueError(f"bonus_scale = {args.bonus_scale} is negative: the count bonus is "
-                         f"beta / sqrt(N) with beta >= 0 (0 turns it off)")
+        raise ValueError(
+            f"bonus_scale = {args.bonus_scale} is negative: the count bonus is "
+            f"beta / sqrt(N) with beta >= 0 (0 turns it off)"
+        )
     if args.simhash_bits < 1:
         raise ValueError(f"simhash_bits = {args.simhash_bits}: SimHash needs at least one bit")
     size = DEEP_SEA_ANY_SIZE.match(args.env_id)
     if size and not 1 <= int(size.group(2)) <= explore_envs.MAX_SIZE:
-        raise ValueError(f"{args.env_id}: the DeepSea size N = {size.group(2)} must be in "
-                         f"1..{explore_envs.MAX_SIZE} (N < 1 has no grid)")
+        raise ValueError(
+            f"{args.env_id}: the DeepSea size N = {size.group(2)} must be in "
+            f"1..{explore_envs.MAX_SIZE} (N < 1 has no grid)"
+        )
     if args.env_id not in gym.registry:
         raise ValueError(f"{args.env_id} is not a registered environment id")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -314,8 +333,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -337,8 +357,11 @@ def train(args: Args) -> dict:
     space = envs.single_observation_space
     low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
     high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
-    A = torch.as_tensor(np.random.default_rng(args.seed).standard_normal((args.simhash_bits, obs_dim + 1)),
-                        dtype=torch.float32, device=device)
+    A = torch.as_tensor(
+        np.random.default_rng(args.seed).standard_normal((args.simhash_bits, obs_dim + 1)),
+        dtype=torch.float32,
+        device=device,
+    )
     counts = {}
 
     # Rollout storage, (T, N, ...), on the device (CleanRL's layout).
@@ -382,11 +405,15 @@ def train(args: Args) -> dict:
 
             # ---- the count bonus on the true s' (final_obs at an episode end): increment, then
             # beta / sqrt(N). It is added to the extrinsic reward and is episodic like it (below).
-            real_next_obs = torch.as_tensor(transition_next_obs(obs, infos), dtype=torch.float32, device=device)
+            real_next_obs = torch.as_tensor(
+                transition_next_obs(obs, infos), dtype=torch.float32, device=device
+            )
             if exact:
                 keys = observation_keys(real_next_obs.cpu().numpy())
             else:
-                keys = observation_keys(None, simhash(simhash_features(real_next_obs, low, high), A).cpu().numpy())
+                keys = observation_keys(
+                    None, simhash(simhash_features(real_next_obs, low, high), A).cpu().numpy()
+                )
             bonus = count_bonus(torch.as_tensor(update_counts(counts, keys), device=device), args.bonus_scale)
             intrinsic_buf[step] = bonus
 
@@ -397,7 +424,9 @@ def train(args: Args) -> dict:
             only_truncated = truncated & ~terminated
             if only_truncated.any():
                 with torch.no_grad():
-                    reward[only_truncated] += args.gamma * agent.get_value(real_next_obs[only_truncated]).cpu().numpy()
+                    reward[only_truncated] += (
+                        args.gamma * agent.get_value(real_next_obs[only_truncated]).cpu().numpy()
+                    )
             rewards_buf[step] = torch.as_tensor(reward, device=device) + bonus
             dones_buf[step] = torch.as_tensor(done, dtype=torch.float32, device=device)
             next_obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
@@ -411,25 +440,31 @@ def train(args: Args) -> dict:
         # ---- advantages (bootstrap from the observation after the rollout)
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- update: epochs x minibatches over the flattened batch
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_actions, b_logps = actions_buf.reshape(-1), logps_buf.reshape(-1)
-        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values_buf.reshape(-1)
+        b_advantages, b_returns, b_values = (
+            advantages.reshape(-1),
+            returns.reshape(-1),
+            values_buf.reshape(-1),
+        )
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
         for epoch in range(args.update_epochs):
             perm = torch.randperm(batch_size, device=device)
             for start in range(0, batch_size, minibatch_size):
-                mb = perm[start:start + minibatch_size]
+                mb = perm[start : start + minibatch_size]
                 logp, entropy, value = agent.evaluate_actions(b_obs[mb], b_actions[mb])
                 mb_adv = b_advantages[mb]
                 if args.norm_adv:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 pg_loss = ppo_policy_loss(logp, b_logps[mb], mb_adv, args.clip_coef)
-                v_loss = ppo_value_loss(value, b_values[mb], b_returns[mb],
-                                        args.clip_coef if args.clip_vloss else None)
+                v_loss = ppo_value_loss(
+                    value, b_values[mb], b_returns[mb], args.clip_coef if args.clip_vloss else None
+                )
                 entropy_loss = entropy.mean()
                 loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
                 optimizer.zero_grad()
@@ -447,7 +482,9 @@ def train(args: Args) -> dict:
 
         num_updates = args.update_epochs * args.num_minibatches
         var_returns = b_returns.var().item()
-        explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        explained_var = (
+            np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        )
         sps = int(global_step / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/intrinsic_reward", intrinsic_buf.mean().item(), global_step)
@@ -459,8 +496,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.2f}  "
-                  f"keys {len(counts):6,d}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.2f}  "
+                f"keys {len(counts):6,d}  SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 

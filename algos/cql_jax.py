@@ -34,6 +34,7 @@ cartpole-replay: 500 at every evaluation (seed 1, both twins). Not solved: pendu
 data), 27.7 on seed 1, and not with --cql-lagrange either (see the docs page).
 Reproduce: python algos/cql_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -103,8 +104,15 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_steps=40, batch_size=32, hidden_size=32, num_sampled_actions=2, eval_every=20,
-                  eval_episodes=1, save_model=True)
+SMOKE_ARGS = dict(
+    total_steps=40,
+    batch_size=32,
+    hidden_size=32,
+    num_sampled_actions=2,
+    eval_every=20,
+    eval_episodes=1,
+    save_model=True,
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 LOG_EVERY = 100  # gradient steps between logged losses
@@ -114,7 +122,7 @@ LOG_EVERY = 100  # gradient steps between logged losses
 def tanh_log_det_jacobian(u):
     """sum_i log(1 - tanh(u_i)^2) over the last (action) axis, in the stable form
 
-        log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
+    log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
     """
     return (2.0 * (np.log(2.0) - u - jax.nn.softplus(-2.0 * u))).sum(-1)
 
@@ -127,7 +135,7 @@ def sample_squashed(mean, log_std, noise, action_scale, action_bias):
     """
     std = jnp.exp(log_std)
     u = mean + std * noise
-    gaussian_logp = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    gaussian_logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
     log_prob = gaussian_logp - tanh_log_det_jacobian(u) - jnp.log(action_scale).sum()
     return jnp.tanh(u) * action_scale + action_bias, log_prob
 
@@ -198,6 +206,7 @@ def layer_init(features):
 
 class QNetwork(nn.Module):
     """Q(s, a): the concatenated observation and action through a hidden-hidden ReLU MLP."""
+
     hidden_size: int
 
     @nn.compact
@@ -210,6 +219,7 @@ class QNetwork(nn.Module):
 
 class DiscreteQNetwork(nn.Module):
     """Q(s, .): the observation through a hidden-hidden ReLU MLP, one output per action (--discrete)."""
+
     num_actions: int
     hidden_size: int
 
@@ -223,6 +233,7 @@ class DiscreteQNetwork(nn.Module):
 class Actor(nn.Module):
     """Squashed Gaussian policy: a ReLU trunk, then the mean and log std of u, a = scale tanh(u) + bias.
     log std is squashed into [LOG_STD_MIN, LOG_STD_MAX] by a tanh, so it cannot run away."""
+
     action_dim: int
     hidden_size: int
 
@@ -281,19 +292,32 @@ class Agent:
 def check_args(args):
     """Bad input stops here, before any run directory is written. Returns the dataset's info."""
     if args.dataset not in offline_data.DATASETS:
-        raise ValueError(f"unknown dataset {args.dataset!r}; choose one of {', '.join(offline_data.DATASETS)}")
-    for name in ("total_steps", "batch_size", "hidden_size", "num_sampled_actions", "eval_every", "eval_episodes"):
+        raise ValueError(
+            f"unknown dataset {args.dataset!r}; choose one of {', '.join(offline_data.DATASETS)}"
+        )
+    for name in (
+        "total_steps",
+        "batch_size",
+        "hidden_size",
+        "num_sampled_actions",
+        "eval_every",
+        "eval_episodes",
+    ):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
     if args.cql_alpha < 0:
         raise ValueError(f"cql_alpha = {args.cql_alpha} must be >= 0")
     if args.cql_lagrange and args.cql_alpha <= 0:
-        raise ValueError(f"--cql-lagrange tunes log(cql_alpha): its initial cql_alpha = {args.cql_alpha} must be > 0")
+        raise ValueError(
+            f"--cql-lagrange tunes log(cql_alpha): its initial cql_alpha = {args.cql_alpha} must be > 0"
+        )
     info = offline_data.dataset_info(args.dataset)
     if info["discrete"] and not args.discrete:
         raise ValueError(f"{args.dataset} has discrete actions: pass --discrete (the Q network over actions)")
     if args.discrete and not info["discrete"]:
-        raise ValueError(f"--discrete was given but {args.dataset} has continuous (Box) actions: drop --discrete")
+        raise ValueError(
+            f"--discrete was given but {args.dataset} has continuous (Box) actions: drop --discrete"
+        )
     return info
 
 
@@ -326,6 +350,7 @@ def greedy_policy(agent, get_params):
 
     def policy(obs):
         return np.asarray(deterministic(get_params(), obs))
+
     return policy
 
 
@@ -346,8 +371,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the evaluation environments (episode i gets seed + 10_000 + i).
     random.seed(args.seed)
@@ -375,7 +401,9 @@ def train(args: Args) -> dict:
     state = {"params": params, "qf_target": params["qf"], "q_opt": q_optimizer.init(params["qf"])}
     # the penalty weight: args.cql_alpha, or with --cql-lagrange exp(log_cql_alpha), tuned by dual ascent
     cql_alpha_optimizer = optax.adam(args.q_lr)
-    state["log_cql_alpha"] = jnp.asarray(np.log(args.cql_alpha) if args.cql_lagrange else 0.0, dtype=jnp.float32)
+    state["log_cql_alpha"] = jnp.asarray(
+        np.log(args.cql_alpha) if args.cql_lagrange else 0.0, dtype=jnp.float32
+    )
     state["cql_alpha_opt"] = cql_alpha_optimizer.init(state["log_cql_alpha"])
 
     def penalty_weight(state):
@@ -388,12 +416,14 @@ def train(args: Args) -> dict:
         log_cql_alpha = state["log_cql_alpha"]
         if not args.cql_lagrange:
             return log_cql_alpha, state["cql_alpha_opt"]
-        cql_alpha_loss, grad = jax.value_and_grad(lagrange_loss)(log_cql_alpha, step_losses["cql_penalty"],
-                                                                 args.lagrange_threshold)
+        cql_alpha_loss, grad = jax.value_and_grad(lagrange_loss)(
+            log_cql_alpha, step_losses["cql_penalty"], args.lagrange_threshold
+        )
         updates, cql_alpha_opt = cql_alpha_optimizer.update(grad, state["cql_alpha_opt"])
         log_cql_alpha = optax.apply_updates(log_cql_alpha, updates)
         step_losses.update(cql_alpha=jnp.exp(log_cql_alpha), cql_alpha_loss=cql_alpha_loss)
         return log_cql_alpha, cql_alpha_opt
+
     if args.discrete:
         # the exact log-sum-exp: every action once, each with the uniform density 1/A
         log_uniform = -float(np.log(space.n))
@@ -419,16 +449,30 @@ def train(args: Args) -> dict:
         def q_loss_fn(qf_params):
             q_all = agent.qf.apply(qf_params, obs)
             q = jnp.take_along_axis(q_all, actions[:, None], 1).squeeze(1)
-            qf_loss, bellman, penalty = cql_critic_loss(q, target, q_all, jnp.full_like(q_all, log_uniform),
-                                                        penalty_weight(state))
-            return qf_loss, {"qf_loss": qf_loss, "bellman_error": bellman, "cql_penalty": penalty, "q_values": q.mean()}
+            qf_loss, bellman, penalty = cql_critic_loss(
+                q, target, q_all, jnp.full_like(q_all, log_uniform), penalty_weight(state)
+            )
+            return qf_loss, {
+                "qf_loss": qf_loss,
+                "bellman_error": bellman,
+                "cql_penalty": penalty,
+                "q_values": q.mean(),
+            }
+
         q_grads, step_losses = jax.grad(q_loss_fn, has_aux=True)(state["params"]["qf"])
         q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
         qf_params = optax.apply_updates(state["params"]["qf"], q_updates)
         log_cql_alpha, cql_alpha_opt = tune_penalty_weight(state, step_losses)
-        qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)  # target += tau * (online - target)
-        return {"params": {"qf": qf_params}, "qf_target": qf_target, "q_opt": q_opt,
-                "log_cql_alpha": log_cql_alpha, "cql_alpha_opt": cql_alpha_opt}, step_losses
+        qf_target = optax.incremental_update(
+            qf_params, state["qf_target"], args.tau
+        )  # target += tau * (online - target)
+        return {
+            "params": {"qf": qf_params},
+            "qf_target": qf_target,
+            "q_opt": q_opt,
+            "log_cql_alpha": log_cql_alpha,
+            "cql_alpha_opt": cql_alpha_opt,
+        }, step_losses
 
     def continuous_step(state, batch, key):
         """One gradient step: critics (Bellman + conservative penalty), actor, temperature, targets."""
@@ -445,8 +489,9 @@ def train(args: Args) -> dict:
         pi_actions, pi_log_prob = agent.sample(params["actor"], rep_obs, pi_key)
         next_pi_actions, next_pi_log_prob = agent.sample(params["actor"], rep_next_obs, next_pi_key)
         sampled = jnp.concatenate([uniform_actions, pi_actions, next_pi_actions], 0)  # (3 B N, A)
-        log_density = jnp.concatenate([jnp.full((B, N), log_uniform), pi_log_prob.reshape(B, N),
-                                       next_pi_log_prob.reshape(B, N)], 1)
+        log_density = jnp.concatenate(
+            [jnp.full((B, N), log_uniform), pi_log_prob.reshape(B, N), next_pi_log_prob.reshape(B, N)], 1
+        )
         target, sampled, log_density = jax.lax.stop_gradient((target, sampled, log_density))
         obs_3 = jnp.tile(rep_obs, (3, 1))
         to_bk = lambda x: x.reshape(3, B, N).transpose(1, 0, 2).reshape(B, 3 * N)  # noqa: E731 (B, 3N)
@@ -456,11 +501,20 @@ def train(args: Args) -> dict:
         def q_loss_fn(qf_params):
             q = agent.q_values(qf_params, obs, actions)
             q_sampled = agent.q_values(qf_params, obs_3, sampled)
-            qf1_loss, bellman1, penalty1 = cql_critic_loss(q[0], target, to_bk(q_sampled[0]), log_density, cql_alpha)
-            qf2_loss, bellman2, penalty2 = cql_critic_loss(q[1], target, to_bk(q_sampled[1]), log_density, cql_alpha)
-            return qf1_loss + qf2_loss, {"qf1_loss": qf1_loss, "qf2_loss": qf2_loss,
-                                         "bellman_error": (bellman1 + bellman2) / 2,
-                                         "cql_penalty": (penalty1 + penalty2) / 2, "q_values": q[0].mean()}
+            qf1_loss, bellman1, penalty1 = cql_critic_loss(
+                q[0], target, to_bk(q_sampled[0]), log_density, cql_alpha
+            )
+            qf2_loss, bellman2, penalty2 = cql_critic_loss(
+                q[1], target, to_bk(q_sampled[1]), log_density, cql_alpha
+            )
+            return qf1_loss + qf2_loss, {
+                "qf1_loss": qf1_loss,
+                "qf2_loss": qf2_loss,
+                "bellman_error": (bellman1 + bellman2) / 2,
+                "cql_penalty": (penalty1 + penalty2) / 2,
+                "q_values": q[0].mean(),
+            }
+
         q_grads, step_losses = jax.grad(q_loss_fn, has_aux=True)(params["qf"])
         q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
         qf_params = optax.apply_updates(params["qf"], q_updates)
@@ -470,6 +524,7 @@ def train(args: Args) -> dict:
             actions_pi, log_prob = agent.sample(actor_params, obs, actor_key)
             q = agent.q_values(qf_params, obs, actions_pi)
             return sac_actor_loss(q[0], q[1], log_prob, alpha), log_prob
+
         (actor_loss, log_prob), actor_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(params["actor"])
         actor_updates, actor_opt = actor_optimizer.update(actor_grads, state["actor_opt"])
         actor_params = optax.apply_updates(params["actor"], actor_updates)
@@ -482,22 +537,35 @@ def train(args: Args) -> dict:
             alpha_opt = state["alpha_opt"]
         step_losses.update(actor_loss=actor_loss, alpha=alpha, alpha_loss=alpha_loss)
 
-        qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)  # target += tau * (online - target)
-        return {"params": {"actor": actor_params, "qf": qf_params}, "qf_target": qf_target, "q_opt": q_opt,
-                "log_alpha": log_alpha, "actor_opt": actor_opt, "alpha_opt": alpha_opt,
-                "log_cql_alpha": log_cql_alpha, "cql_alpha_opt": cql_alpha_opt}, step_losses
+        qf_target = optax.incremental_update(
+            qf_params, state["qf_target"], args.tau
+        )  # target += tau * (online - target)
+        return {
+            "params": {"actor": actor_params, "qf": qf_params},
+            "qf_target": qf_target,
+            "q_opt": q_opt,
+            "log_alpha": log_alpha,
+            "actor_opt": actor_opt,
+            "alpha_opt": alpha_opt,
+            "log_cql_alpha": log_cql_alpha,
+            "cql_alpha_opt": cql_alpha_opt,
+        }, step_losses
 
     @jax.jit
     def update(state, D, idx, key):
         """len(idx) gradient steps as ONE jitted call (a lax.scan); returns the last step's losses."""
+
         def one_step(carry, batch_idx):
             state, key = carry
             key, step_key = jax.random.split(key)
-            batch = tuple(D[k][batch_idx] for k in ("observations", "actions", "rewards", "next_observations",
-                                                     "terminals"))  # timeouts bootstrap
+            batch = tuple(
+                D[k][batch_idx]
+                for k in ("observations", "actions", "rewards", "next_observations", "terminals")
+            )  # timeouts bootstrap
             step = discrete_step if args.discrete else continuous_step
             state, step_losses = step(state, batch, step_key)
             return (state, key), step_losses
+
         (state, key), all_losses = jax.lax.scan(one_step, (state, key), idx)
         return state, jax.tree.map(lambda x: x[-1], all_losses), key
 
@@ -507,7 +575,11 @@ def train(args: Args) -> dict:
     step = 0
     while step < args.total_steps:
         # the steps up to the next log or evaluation point, drawn at once and run in one call
-        stop = min(args.total_steps, (step // LOG_EVERY + 1) * LOG_EVERY, (step // args.eval_every + 1) * args.eval_every)
+        stop = min(
+            args.total_steps,
+            (step // LOG_EVERY + 1) * LOG_EVERY,
+            (step // args.eval_every + 1) * args.eval_every,
+        )
         idx = np.random.randint(0, size, size=(stop - step, B))
         state, step_losses, key = update(state, D, idx, key)
         step = stop
@@ -525,12 +597,20 @@ def train(args: Args) -> dict:
             episode_returns += [(step, float(r)) for r in last_returns]
             for r in last_returns:
                 writer.add_scalar("eval/episodic_return", r, step)
-            writer.add_scalar("eval/normalized_score",
-                              float(offline_data.normalized_score(args.dataset, last_returns.mean())), step)
+            writer.add_scalar(
+                "eval/normalized_score",
+                float(offline_data.normalized_score(args.dataset, last_returns.mean())),
+                step,
+            )
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {last_returns.mean():8.1f}  "
-                  f"SPS {int(step / (time.time() - start_time)):5,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {last_returns.mean():8.1f}  "
+                f"SPS {int(step / (time.time() - start_time)):5,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -551,8 +631,9 @@ def train(args: Args) -> dict:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
             f.write(flax.serialization.to_bytes(state["params"]))
-        eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size,
-                                args.discrete)
+        eval_returns = evaluate(
+            model_path, env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size, args.discrete
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/saved_model_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

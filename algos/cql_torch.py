@@ -34,6 +34,7 @@ cartpole-replay: 500 at every evaluation (seed 1, both twins). Not solved: pendu
 data), 27.7 on seed 1, and not with --cql-lagrange either (see the docs page).
 Reproduce: python algos/cql_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -101,8 +102,15 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_steps=40, batch_size=32, hidden_size=32, num_sampled_actions=2, eval_every=20,
-                  eval_episodes=1, save_model=True)
+SMOKE_ARGS = dict(
+    total_steps=40,
+    batch_size=32,
+    hidden_size=32,
+    num_sampled_actions=2,
+    eval_every=20,
+    eval_episodes=1,
+    save_model=True,
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 LOG_EVERY = 100  # gradient steps between logged losses
@@ -112,7 +120,7 @@ LOG_EVERY = 100  # gradient steps between logged losses
 def tanh_log_det_jacobian(u):
     """sum_i log(1 - tanh(u_i)^2) over the last (action) axis, in the stable form
 
-        log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
+    log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
     """
     return (2.0 * (np.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
 
@@ -125,7 +133,7 @@ def sample_squashed(mean, log_std, noise, action_scale, action_bias):
     """
     std = log_std.exp()
     u = mean + std * noise
-    gaussian_logp = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    gaussian_logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
     log_prob = gaussian_logp - tanh_log_det_jacobian(u) - torch.log(action_scale).sum()
     return torch.tanh(u) * action_scale + action_bias, log_prob
 
@@ -202,8 +210,10 @@ class QNetwork(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, 1)),
         )
 
@@ -217,8 +227,10 @@ class DiscreteQNetwork(nn.Module):
     def __init__(self, obs_dim, num_actions, hidden_size):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, num_actions)),
         )
 
@@ -233,8 +245,10 @@ class Actor(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size, action_scale, action_bias):
         super().__init__()
         self.trunk = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
         )
         self.mean = layer_init(nn.Linear(hidden_size, action_dim))
         self.log_std = layer_init(nn.Linear(hidden_size, action_dim))
@@ -260,19 +274,32 @@ class Actor(nn.Module):
 def check_args(args):
     """Bad input stops here, before any run directory is written. Returns the dataset's info."""
     if args.dataset not in offline_data.DATASETS:
-        raise ValueError(f"unknown dataset {args.dataset!r}; choose one of {', '.join(offline_data.DATASETS)}")
-    for name in ("total_steps", "batch_size", "hidden_size", "num_sampled_actions", "eval_every", "eval_episodes"):
+        raise ValueError(
+            f"unknown dataset {args.dataset!r}; choose one of {', '.join(offline_data.DATASETS)}"
+        )
+    for name in (
+        "total_steps",
+        "batch_size",
+        "hidden_size",
+        "num_sampled_actions",
+        "eval_every",
+        "eval_episodes",
+    ):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
     if args.cql_alpha < 0:
         raise ValueError(f"cql_alpha = {args.cql_alpha} must be >= 0")
     if args.cql_lagrange and args.cql_alpha <= 0:
-        raise ValueError(f"--cql-lagrange tunes log(cql_alpha): its initial cql_alpha = {args.cql_alpha} must be > 0")
+        raise ValueError(
+            f"--cql-lagrange tunes log(cql_alpha): its initial cql_alpha = {args.cql_alpha} must be > 0"
+        )
     info = offline_data.dataset_info(args.dataset)
     if info["discrete"] and not args.discrete:
         raise ValueError(f"{args.dataset} has discrete actions: pass --discrete (the Q network over actions)")
     if args.discrete and not info["discrete"]:
-        raise ValueError(f"--discrete was given but {args.dataset} has continuous (Box) actions: drop --discrete")
+        raise ValueError(
+            f"--discrete was given but {args.dataset} has continuous (Box) actions: drop --discrete"
+        )
     return info
 
 
@@ -299,19 +326,25 @@ def make_networks(obs_dim, space, hidden_size, discrete):
     if discrete:
         return {"qf": DiscreteQNetwork(obs_dim, int(space.n), hidden_size)}
     action_dim = int(np.prod(space.shape))
-    return {"actor": Actor(obs_dim, action_dim, hidden_size, (space.high - space.low) / 2.0,
-                           (space.high + space.low) / 2.0),
-            "qf1": QNetwork(obs_dim, action_dim, hidden_size), "qf2": QNetwork(obs_dim, action_dim, hidden_size)}
+    return {
+        "actor": Actor(
+            obs_dim, action_dim, hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+        ),
+        "qf1": QNetwork(obs_dim, action_dim, hidden_size),
+        "qf2": QNetwork(obs_dim, action_dim, hidden_size),
+    }
 
 
 def greedy_policy(nets, discrete, device):
     """Batch of observations -> batch of deterministic actions (argmax Q, or tanh of the actor's mean)."""
+
     def policy(obs):
         with torch.no_grad():
             obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
             if discrete:
                 return nets["qf"](obs).argmax(-1).cpu().numpy()
             return nets["actor"].deterministic(obs).cpu().numpy()
+
     return policy
 
 
@@ -333,8 +366,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the evaluation environments (episode i gets seed + 10_000 + i).
     random.seed(args.seed)
@@ -364,7 +398,10 @@ def train(args: Args) -> dict:
         log_uniform = -float(np.log(space.n))
     else:
         actor, qf1, qf2 = nets["actor"], nets["qf1"], nets["qf2"]
-        qf1_target, qf2_target = QNetwork(obs_dim, space.shape[0], args.hidden_size), QNetwork(obs_dim, space.shape[0], args.hidden_size)
+        qf1_target, qf2_target = (
+            QNetwork(obs_dim, space.shape[0], args.hidden_size),
+            QNetwork(obs_dim, space.shape[0], args.hidden_size),
+        )
         qf1_target.load_state_dict(qf1.state_dict())
         qf2_target.load_state_dict(qf2.state_dict())
         qf1_target.to(device)
@@ -374,7 +411,9 @@ def train(args: Args) -> dict:
         actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
         action_dim = int(np.prod(space.shape))
         target_entropy = -float(action_dim)
-        log_alpha = torch.tensor(np.log(args.alpha), dtype=torch.float32, device=device, requires_grad=args.autotune)
+        log_alpha = torch.tensor(
+            np.log(args.alpha), dtype=torch.float32, device=device, requires_grad=args.autotune
+        )
         alpha_optimizer = torch.optim.Adam([log_alpha], lr=args.alpha_lr)
         low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
         high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
@@ -382,8 +421,12 @@ def train(args: Args) -> dict:
         log_uniform = -float(np.log(space.high - space.low).sum())
     q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr)
     # the penalty weight: args.cql_alpha, or with --cql-lagrange exp(log_cql_alpha), tuned by dual ascent
-    log_cql_alpha = torch.tensor(np.log(args.cql_alpha) if args.cql_lagrange else 0.0, dtype=torch.float32,
-                                 device=device, requires_grad=args.cql_lagrange)
+    log_cql_alpha = torch.tensor(
+        np.log(args.cql_alpha) if args.cql_lagrange else 0.0,
+        dtype=torch.float32,
+        device=device,
+        requires_grad=args.cql_lagrange,
+    )
     cql_alpha_optimizer = torch.optim.Adam([log_cql_alpha], lr=args.q_lr)
 
     def penalty_weight():
@@ -400,6 +443,7 @@ def train(args: Args) -> dict:
         cql_alpha_loss.backward()
         cql_alpha_optimizer.step()
         step_losses.update(cql_alpha=log_cql_alpha.detach().exp(), cql_alpha_loss=cql_alpha_loss)
+
     policy = greedy_policy(nets, args.discrete, device)
     N, B = args.num_sampled_actions, args.batch_size
 
@@ -410,12 +454,18 @@ def train(args: Args) -> dict:
             target = max_q_target(qf_target(next_obs), rewards, terminals, args.gamma)
         q_all = qf(obs)
         q = q_all.gather(1, actions[:, None]).squeeze(1)
-        qf_loss, bellman, penalty = cql_critic_loss(q, target, q_all, torch.full_like(q_all, log_uniform),
-                                                    penalty_weight())
+        qf_loss, bellman, penalty = cql_critic_loss(
+            q, target, q_all, torch.full_like(q_all, log_uniform), penalty_weight()
+        )
         q_optimizer.zero_grad()
         qf_loss.backward()
         q_optimizer.step()
-        step_losses = {"qf_loss": qf_loss, "bellman_error": bellman, "cql_penalty": penalty, "q_values": q.mean()}
+        step_losses = {
+            "qf_loss": qf_loss,
+            "bellman_error": bellman,
+            "cql_penalty": penalty,
+            "q_values": q.mean(),
+        }
         tune_penalty_weight(step_losses)
         with torch.no_grad():
             torch._foreach_lerp_(target_params, q_params, args.tau)  # target += tau * (online - target)
@@ -427,16 +477,27 @@ def train(args: Args) -> dict:
         alpha = log_alpha.detach().exp()
         with torch.no_grad():
             next_actions, _ = actor.sample(next_obs)
-            target = conservative_target(rewards, terminals, qf1_target(next_obs, next_actions),
-                                         qf2_target(next_obs, next_actions), args.gamma)
+            target = conservative_target(
+                rewards,
+                terminals,
+                qf1_target(next_obs, next_actions),
+                qf2_target(next_obs, next_actions),
+                args.gamma,
+            )
             # N actions per state from each proposal: uniform on the box, pi(.|s), pi(.|s')
             rep_obs, rep_next_obs = obs.repeat_interleave(N, 0), next_obs.repeat_interleave(N, 0)
             uniform_actions = low + (high - low) * torch.rand(B * N, action_dim, device=device)
             pi_actions, pi_log_prob = actor.sample(rep_obs)
             next_pi_actions, next_pi_log_prob = actor.sample(rep_next_obs)
             sampled = torch.cat([uniform_actions, pi_actions, next_pi_actions], 0)  # (3 B N, A)
-            log_density = torch.cat([torch.full((B, N), log_uniform, device=device), pi_log_prob.reshape(B, N),
-                                     next_pi_log_prob.reshape(B, N)], 1)
+            log_density = torch.cat(
+                [
+                    torch.full((B, N), log_uniform, device=device),
+                    pi_log_prob.reshape(B, N),
+                    next_pi_log_prob.reshape(B, N),
+                ],
+                1,
+            )
         obs_3 = rep_obs.repeat(3, 1)
         to_bk = lambda x: x.reshape(3, B, N).permute(1, 0, 2).reshape(B, 3 * N)  # noqa: E731 (B, 3N)
 
@@ -445,8 +506,13 @@ def train(args: Args) -> dict:
         cql_alpha = penalty_weight()
         qf1_loss, bellman1, penalty1 = cql_critic_loss(q1, target, to_bk(q1_sampled), log_density, cql_alpha)
         qf2_loss, bellman2, penalty2 = cql_critic_loss(q2, target, to_bk(q2_sampled), log_density, cql_alpha)
-        step_losses = {"qf1_loss": qf1_loss, "qf2_loss": qf2_loss, "bellman_error": (bellman1 + bellman2) / 2,
-                       "cql_penalty": (penalty1 + penalty2) / 2, "q_values": q1.mean()}
+        step_losses = {
+            "qf1_loss": qf1_loss,
+            "qf2_loss": qf2_loss,
+            "bellman_error": (bellman1 + bellman2) / 2,
+            "cql_penalty": (penalty1 + penalty2) / 2,
+            "q_values": q1.mean(),
+        }
         q_optimizer.zero_grad()
         (qf1_loss + qf2_loss).backward()
         q_optimizer.step()
@@ -474,8 +540,9 @@ def train(args: Args) -> dict:
     start_time = time.time()
     for step in range(1, args.total_steps + 1):
         idx = torch.as_tensor(np.random.randint(0, size, size=B), device=device)
-        batch = tuple(D[k][idx] for k in ("observations", "actions", "rewards", "next_observations",
-                                          "terminals"))  # timeouts bootstrap
+        batch = tuple(
+            D[k][idx] for k in ("observations", "actions", "rewards", "next_observations", "terminals")
+        )  # timeouts bootstrap
         step_losses = (discrete_step if args.discrete else continuous_step)(batch)
 
         if step % LOG_EVERY == 0 or step == args.total_steps:
@@ -491,12 +558,20 @@ def train(args: Args) -> dict:
             episode_returns += [(step, float(r)) for r in last_returns]
             for r in last_returns:
                 writer.add_scalar("eval/episodic_return", r, step)
-            writer.add_scalar("eval/normalized_score",
-                              float(offline_data.normalized_score(args.dataset, last_returns.mean())), step)
+            writer.add_scalar(
+                "eval/normalized_score",
+                float(offline_data.normalized_score(args.dataset, last_returns.mean())),
+                step,
+            )
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {last_returns.mean():8.1f}  "
-                  f"SPS {int(step / (time.time() - start_time)):5,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {last_returns.mean():8.1f}  "
+                f"SPS {int(step / (time.time() - start_time)):5,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -516,8 +591,9 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
         torch.save({name: net.state_dict() for name, net in nets.items()}, model_path)
-        eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size,
-                                args.discrete)
+        eval_returns = evaluate(
+            model_path, env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size, args.discrete
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/saved_model_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

@@ -29,6 +29,7 @@ Measured (docs/algorithms/dagger.md): Pendulum-v1, 10 iterations x 200 labels, s
 (the expert -121..-134 on the same episodes); registered: DAgger >= -250 on every seed.
 Reproduce: python algos/dagger_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -81,8 +82,17 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(env_id="PointMazeStitch-v0", iterations=2, labels_per_iteration=30, beta_decay=0.5,
-                  gradient_steps=10, batch_size=16, hidden_size=16, eval_episodes=1, save_model=True)
+SMOKE_ARGS = dict(
+    env_id="PointMazeStitch-v0",
+    iterations=2,
+    labels_per_iteration=30,
+    beta_decay=0.5,
+    gradient_steps=10,
+    batch_size=16,
+    hidden_size=16,
+    eval_episodes=1,
+    save_model=True,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -102,8 +112,8 @@ def mixture_actions(expert_actions, learner_actions, coins, beta):
 def aggregate(buffer_obs, buffer_labels, size, observations, labels):
     """D <- D u {(s, pi*(s))}: the new pairs are written after the first `size` rows of the buffers
     (preallocated for every iteration). Returns the new size (numpy)."""
-    buffer_obs[size:size + len(observations)] = observations
-    buffer_labels[size:size + len(labels)] = labels
+    buffer_obs[size : size + len(observations)] = observations
+    buffer_labels[size : size + len(labels)] = labels
     return size + len(observations)
 
 
@@ -143,8 +153,10 @@ class Policy(nn.Module):
     def __init__(self, obs_dim, out_dim, hidden_size):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, out_dim)),
         )
 
@@ -154,13 +166,23 @@ class Policy(nn.Module):
 
 def check_args(args):
     """Bad input stops here, before any run directory is written."""
-    offline_data.expert_policy(args.env_id)  # an environment without a scripted expert lists the ones there are
-    for name in ("iterations", "labels_per_iteration", "gradient_steps", "batch_size", "hidden_size",
-                 "eval_episodes"):
+    offline_data.expert_policy(
+        args.env_id
+    )  # an environment without a scripted expert lists the ones there are
+    for name in (
+        "iterations",
+        "labels_per_iteration",
+        "gradient_steps",
+        "batch_size",
+        "hidden_size",
+        "eval_episodes",
+    ):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
     if not 0.0 <= args.beta_decay <= 1.0:
-        raise ValueError(f"beta_decay = {args.beta_decay} must be in [0, 1] (beta_i = beta_decay ** i is a probability)")
+        raise ValueError(
+            f"beta_decay = {args.beta_decay} must be in [0, 1] (beta_i = beta_decay ** i is a probability)"
+        )
     if args.learning_rate <= 0:
         raise ValueError(f"learning_rate = {args.learning_rate} must be positive")
 
@@ -170,8 +192,12 @@ def policy_head(env_id):
     space = offline_data.make_env(env_id).action_space
     if hasattr(space, "n"):
         return True, int(space.n), np.zeros(1, np.float32), np.zeros(1, np.float32)
-    return (False, int(np.prod(space.shape)), ((space.high - space.low) / 2.0).astype(np.float32),
-            ((space.high + space.low) / 2.0).astype(np.float32))
+    return (
+        False,
+        int(np.prod(space.shape)),
+        ((space.high - space.low) / 2.0).astype(np.float32),
+        ((space.high + space.low) / 2.0).astype(np.float32),
+    )
 
 
 def rollout_and_label(env, learner, expert, beta, num_steps, rng, seed):
@@ -217,11 +243,13 @@ def run_episodes(act, env_id, episodes, seed):
 
 def make_act(policy, discrete, action_scale, action_bias, device):
     """The deterministic policy as a numpy function: argmax of the logits, or the squashed action."""
+
     def act(obs):
         with torch.no_grad():
             out = policy(torch.as_tensor(obs, dtype=torch.float32, device=device))
             actions = greedy_actions(out) if discrete else squash_actions(out, action_scale, action_bias)
         return actions.cpu().numpy()
+
     return act
 
 
@@ -241,8 +269,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (rollout episode k of iteration i gets
     # seed + 20_000 + 1_000 i + k, evaluation episode j gets seed + 10_000 + j).
@@ -272,10 +301,18 @@ def train(args: Args) -> dict:
         """A policy, its optimiser, its aggregate D (preallocated) and its own numpy generator."""
         policy = Policy(obs_dim, out_dim, args.hidden_size).to(device)
         policy.load_state_dict(init_state)
-        learner = {"name": name, "policy": policy, "optimizer": torch.optim.Adam(policy.parameters(), lr=args.learning_rate),
-                   "obs": np.zeros((capacity, obs_dim), np.float32), "size": 0, "curve": [],
-                   "labels": np.zeros((capacity,) if discrete else (capacity, out_dim), np.int64 if discrete else np.float32),
-                   "rng": np.random.default_rng(args.seed)}
+        learner = {
+            "name": name,
+            "policy": policy,
+            "optimizer": torch.optim.Adam(policy.parameters(), lr=args.learning_rate),
+            "obs": np.zeros((capacity, obs_dim), np.float32),
+            "size": 0,
+            "curve": [],
+            "labels": np.zeros(
+                (capacity,) if discrete else (capacity, out_dim), np.int64 if discrete else np.float32
+            ),
+            "rng": np.random.default_rng(args.seed),
+        }
         learner["act"] = make_act(policy, discrete, action_scale, action_bias, device)
         return learner
 
@@ -284,10 +321,12 @@ def train(args: Args) -> dict:
         if not args.warm_start:  # from scratch on all of D, as in the paper (warm starts saturate: docs)
             learner["policy"].load_state_dict(init_state)
             learner["optimizer"] = torch.optim.Adam(learner["policy"].parameters(), lr=args.learning_rate)
-        observations = torch.as_tensor(learner["obs"][:learner["size"]], device=device)
-        labels = torch.as_tensor(learner["labels"][:learner["size"]], device=device)
-        indices = torch.as_tensor(learner["rng"].integers(0, learner["size"], size=(args.gradient_steps, args.batch_size)),
-                                  device=device)
+        observations = torch.as_tensor(learner["obs"][: learner["size"]], device=device)
+        labels = torch.as_tensor(learner["labels"][: learner["size"]], device=device)
+        indices = torch.as_tensor(
+            learner["rng"].integers(0, learner["size"], size=(args.gradient_steps, args.batch_size)),
+            device=device,
+        )
         for idx in indices:
             loss = loss_fn(learner["policy"](observations[idx]), labels[idx])
             learner["optimizer"].zero_grad()
@@ -306,9 +345,17 @@ def train(args: Args) -> dict:
             beta = beta_schedule(iteration, args.beta_decay) if learner["name"] == "dagger" else 1.0
             # ---- roll out, let the expert label every visited state, aggregate, retrain on all of D
             observations, labels, rollout_returns = rollout_and_label(
-                env, learner["act"], expert, beta, args.labels_per_iteration, learner["rng"],
-                args.seed + 20_000 + 1_000 * iteration)
-            learner["size"] = aggregate(learner["obs"], learner["labels"], learner["size"], observations, labels)
+                env,
+                learner["act"],
+                expert,
+                beta,
+                args.labels_per_iteration,
+                learner["rng"],
+                args.seed + 20_000 + 1_000 * iteration,
+            )
+            learner["size"] = aggregate(
+                learner["obs"], learner["labels"], learner["size"], observations, labels
+            )
             losses[f"{learner['name']}_loss"] = retrain(learner)
 
             # ---- evaluation of the deterministic learner in fresh environments
@@ -316,7 +363,9 @@ def train(args: Args) -> dict:
             labels_so_far = learner["size"]
             learner["curve"].append((labels_so_far, float(returns.mean())))
             writer.add_scalar(f"eval/{learner['name']}_return", returns.mean(), labels_so_far)
-            writer.add_scalar(f"losses/{learner['name']}_loss", losses[f"{learner['name']}_loss"], labels_so_far)
+            writer.add_scalar(
+                f"losses/{learner['name']}_loss", losses[f"{learner['name']}_loss"], labels_so_far
+            )
             if learner["name"] == "dagger":
                 dataset_sizes.append(learner["size"])
                 writer.add_scalar("charts/beta", beta, labels_so_far)
@@ -330,8 +379,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == args.iterations - 1):
             last_print = time.time()
             curves = "  ".join(f"{learner['name']} {learner['curve'][-1][1]:8.1f}" for learner in learners)
-            print(f"\riteration {iteration + 1}/{args.iterations}  labels {dataset_sizes[-1]:,d}  return {curves}  "
-                  f"expert {expert_return:8.1f}  SPS {sps:5,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\riteration {iteration + 1}/{args.iterations}  labels {dataset_sizes[-1]:,d}  return {curves}  "
+                f"expert {expert_return:8.1f}  SPS {sps:5,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -358,7 +412,9 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
         torch.save({"policy": learners[0]["policy"].state_dict()}, model_path)
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
+        eval_returns = evaluate(
+            model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/saved_model_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

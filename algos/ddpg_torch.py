@@ -14,6 +14,7 @@ on Pendulum-v1 at 30k steps the 10-episode means of seeds 1-3 were -170.9 / -120
 >= -250 on every seed. final_mean_return here is the mean of the last 10 episodes.
 Reproduce: python algos/ddpg_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -65,8 +66,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=600, learning_starts=300, batch_size=32, hidden_size=32,
-                  save_model=True, eval_episodes=1)
+SMOKE_ARGS = dict(
+    total_timesteps=600, learning_starts=300, batch_size=32, hidden_size=32, save_model=True, eval_episodes=1
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -102,8 +104,10 @@ class QNetwork(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, 1)),
         )
 
@@ -117,8 +121,10 @@ class Actor(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size, action_scale, action_bias):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, action_dim)),
         )
         self.register_buffer("action_scale", torch.as_tensor(action_scale, dtype=torch.float32))
@@ -132,8 +138,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -150,15 +160,21 @@ def transition_next_obs(next_obs, infos):
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.learning_starts >= args.total_timesteps:
-        raise ValueError(f"learning_starts = {args.learning_starts} leaves no update within "
-                         f"total_timesteps = {args.total_timesteps}")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} leaves no update within "
+            f"total_timesteps = {args.total_timesteps}"
+        )
     if args.batch_size > args.learning_starts:
-        raise ValueError(f"batch_size = {args.batch_size} is more than the warm-up fills "
-                         f"(learning_starts = {args.learning_starts})")
+        raise ValueError(
+            f"batch_size = {args.batch_size} is more than the warm-up fills "
+            f"(learning_starts = {args.learning_starts})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Box actions. For discrete actions use algos/dqn_torch.py or algos/ppo_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Box actions. For discrete actions use algos/dqn_torch.py or algos/ppo_torch.py"
+        )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise ValueError(f"{args.env_id} has unbounded actions; the tanh squashing needs finite bounds")
 
@@ -167,8 +183,13 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     """Load the saved parameters into a fresh network; run the deterministic policy without noise."""
     env = gym.make(env_id)
     space = env.action_space
-    actor = Actor(int(np.prod(env.observation_space.shape)), int(np.prod(space.shape)), hidden_size,
-                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor = Actor(
+        int(np.prod(env.observation_space.shape)),
+        int(np.prod(space.shape)),
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     actor.load_state_dict(torch.load(model_path, map_location="cpu")["actor"])
     returns = []
     for episode in range(eval_episodes):
@@ -191,8 +212,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -214,10 +236,17 @@ def train(args: Args) -> dict:
     action_scale = torch.as_tensor((space.high - space.low) / 2.0, dtype=torch.float32, device=device)
     action_low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
     action_high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
-    actor = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
-    actor_target = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor = Actor(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
+    actor_target = Actor(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
     actor_target.load_state_dict(actor.state_dict())
-    qf, qf_target = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
+    qf, qf_target = (
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+    )
     qf_target.load_state_dict(qf.state_dict())
     for net in (actor, actor_target, qf, qf_target):
         net.to(device)
@@ -272,12 +301,20 @@ def train(args: Args) -> dict:
 
         # ---- one gradient step: critic, actor, then the Polyak targets
         idx = np.random.randint(0, min(global_step, capacity), size=args.batch_size)
-        b_obs, b_next_obs = torch.as_tensor(obs_buf[idx], device=device), torch.as_tensor(next_obs_buf[idx], device=device)
+        b_obs, b_next_obs = (
+            torch.as_tensor(obs_buf[idx], device=device),
+            torch.as_tensor(next_obs_buf[idx], device=device),
+        )
         b_actions = torch.as_tensor(actions_buf[idx], device=device)
-        b_rewards, b_terminated = torch.as_tensor(rewards_buf[idx], device=device), torch.as_tensor(terminated_buf[idx], device=device)
+        b_rewards, b_terminated = (
+            torch.as_tensor(rewards_buf[idx], device=device),
+            torch.as_tensor(terminated_buf[idx], device=device),
+        )
 
         with torch.no_grad():
-            target = ddpg_target(b_rewards, b_terminated, qf_target(b_next_obs, actor_target(b_next_obs)), args.gamma)
+            target = ddpg_target(
+                b_rewards, b_terminated, qf_target(b_next_obs, actor_target(b_next_obs)), args.gamma
+            )
         q = qf(b_obs, b_actions)
         qf1_loss = critic_loss(q, target)
         q_optimizer.zero_grad()
@@ -294,7 +331,11 @@ def train(args: Args) -> dict:
             torch._foreach_lerp_(target_params, online_params, args.tau)  # target += tau * (online - target)
 
         if global_step % 100 == 0 or global_step == args.total_timesteps:
-            losses = {"qf1_loss": qf1_loss.item(), "qf1_values": q.mean().item(), "actor_loss": actor_loss.item()}
+            losses = {
+                "qf1_loss": qf1_loss.item(),
+                "qf1_values": q.mean().item(),
+                "actor_loss": actor_loss.item(),
+            }
             sps = int(global_step / (time.time() - start_time))
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, global_step)
@@ -302,8 +343,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or global_step == args.total_timesteps):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(10) {mean_recent:7.1f}  "
-                      f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(10) {mean_recent:7.1f}  "
+                    f"SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -321,7 +367,9 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
         torch.save({"actor": actor.state_dict(), "qf": qf.state_dict()}, model_path)
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
+        eval_returns = evaluate(
+            model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

@@ -29,6 +29,7 @@ pointmaze-stitch at target 1: 49.5 (the decoy) on every seed of both twins, it d
 start -> waypoint -> goal.
 Reproduce: python algos/decision_transformer_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -95,8 +96,17 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(dataset="pointmaze-stitch", total_steps=20, batch_size=8, warmup_steps=5, context_len=4,
-                  embed_dim=16, eval_every=10, eval_episodes=1, save_model=True)
+SMOKE_ARGS = dict(
+    dataset="pointmaze-stitch",
+    total_steps=20,
+    batch_size=8,
+    warmup_steps=5,
+    context_len=4,
+    embed_dim=16,
+    eval_every=10,
+    eval_episodes=1,
+    save_model=True,
+)
 
 # Returns-to-go are divided by a constant of the order of the returns, so that the return token is O(1).
 RETURN_SCALE = {"Pendulum-v1": 1000.0, "PointMazeStitch-v0": 1.0}
@@ -138,7 +148,9 @@ def gather_windows(arrays, starts, ends, firsts, context_len):
     out = {}
     for name, array in arrays.items():
         window = array[index]
-        out[name] = np.where(mask.reshape(mask.shape + (1,) * (window.ndim - 2)), window, 0).astype(np.float32)
+        out[name] = np.where(mask.reshape(mask.shape + (1,) * (window.ndim - 2)), window, 0).astype(
+            np.float32
+        )
     out["timesteps"] = np.where(mask, index - starts[:, None], 0).astype(np.int64)
     out["mask"] = mask.astype(np.float32)
     return out
@@ -179,6 +191,8 @@ def fan_in_uniform(fan_in):
 def ModalityDense(features, fan_in, name):
     """A modality embedding (return, state or action) initialised as in the paper's code."""
     return nn.Dense(features, kernel_init=fan_in_uniform(fan_in), bias_init=fan_in_uniform(fan_in), name=name)
+
+
 LayerNorm = partial(nn.LayerNorm, epsilon=1e-5, use_fast_variance=False)  # torch's LayerNorm
 
 
@@ -229,10 +243,14 @@ class DecisionTransformer(nn.Module):
     @nn.compact
     def __call__(self, returns_to_go, states, actions, timesteps, mask):
         """(B, K, 1), (B, K, obs), (B, K, act), (B, K) int, (B, K) -> (B, K, act) predicted actions."""
-        time_emb = nn.Embed(self.max_timestep, self.embed_dim, embedding_init=init, name="embed_timestep")(timesteps)
-        x = interleave_tokens(ModalityDense(self.embed_dim, 1, "embed_return")(returns_to_go) + time_emb,
-                              ModalityDense(self.embed_dim, self.obs_dim, "embed_state")(states) + time_emb,
-                              ModalityDense(self.embed_dim, self.action_dim, "embed_action")(actions) + time_emb)
+        time_emb = nn.Embed(self.max_timestep, self.embed_dim, embedding_init=init, name="embed_timestep")(
+            timesteps
+        )
+        x = interleave_tokens(
+            ModalityDense(self.embed_dim, 1, "embed_return")(returns_to_go) + time_emb,
+            ModalityDense(self.embed_dim, self.obs_dim, "embed_state")(states) + time_emb,
+            ModalityDense(self.embed_dim, self.action_dim, "embed_action")(actions) + time_emb,
+        )
         if self.embed_layernorm:
             x = LayerNorm(name="embed_ln")(x)
         allowed = attention_allowed(mask)
@@ -241,18 +259,30 @@ class DecisionTransformer(nn.Module):
         x = LayerNorm(name="ln_f")(x)
         B, T, D = x.shape
         state_out = x.reshape(B, T // 3, 3, D)[:, :, 1]  # the output at s_t has seen R_<=t, s_<=t, a_<t
-        return (jnp.tanh(Dense(self.action_dim, name="predict_action")(state_out)) * jnp.asarray(self.action_scale)
-                + jnp.asarray(self.action_bias))
+        return jnp.tanh(Dense(self.action_dim, name="predict_action")(state_out)) * jnp.asarray(
+            self.action_scale
+        ) + jnp.asarray(self.action_bias)
 
 
 def check_args(args):
     """Bad input stops here, before any run directory is written. Returns the dataset's info."""
     info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
     if info["discrete"]:
-        raise ValueError(f"{args.dataset} has discrete actions; this script is for Box actions. For "
-                         f"discrete offline data use algos/bc_jax.py or algos/cql_jax.py")
-    for name in ("total_steps", "batch_size", "context_len", "embed_dim", "n_layer", "n_head", "eval_every",
-                 "eval_episodes", "warmup_steps"):
+        raise ValueError(
+            f"{args.dataset} has discrete actions; this script is for Box actions. For "
+            f"discrete offline data use algos/bc_jax.py or algos/cql_jax.py"
+        )
+    for name in (
+        "total_steps",
+        "batch_size",
+        "context_len",
+        "embed_dim",
+        "n_layer",
+        "n_head",
+        "eval_every",
+        "eval_episodes",
+        "warmup_steps",
+    ):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
     if args.embed_dim % args.n_head:
@@ -270,17 +300,20 @@ def run_episodes(policy, env_id, targets, episodes, seed, context_len, return_sc
     envs = [offline_data.make_env(env_id) for _ in targets for _ in range(episodes)]
     E, T = len(envs), envs[0].spec.max_episode_steps
     obs = np.stack([env.reset(seed=seed + i % episodes)[0] for i, env in enumerate(envs)])
-    history = {"returns_to_go": np.zeros((E * T, 1), np.float32),
-               "states": np.zeros((E * T, obs.shape[1]), np.float32),
-               "actions": np.zeros((E * T, envs[0].action_space.shape[0]), np.float32)}
+    history = {
+        "returns_to_go": np.zeros((E * T, 1), np.float32),
+        "states": np.zeros((E * T, obs.shape[1]), np.float32),
+        "actions": np.zeros((E * T, envs[0].action_space.shape[0]), np.float32),
+    }
     rtg = np.repeat(np.asarray(targets, dtype=np.float64), episodes)
     totals, done = np.zeros(E), np.zeros(E, dtype=bool)
     starts = np.arange(E) * T
     for t in range(T):
         history["returns_to_go"][starts + t, 0] = rtg / return_scale
         history["states"][starts + t] = (obs - state_mean) / state_std
-        batch = gather_windows(history, starts, starts + t + 1, np.maximum(starts, starts + t + 1 - context_len),
-                               context_len)
+        batch = gather_windows(
+            history, starts, starts + t + 1, np.maximum(starts, starts + t + 1 - context_len), context_len
+        )
         actions = policy(batch)
         history["actions"][starts + t] = actions
         for i in np.flatnonzero(~done):
@@ -295,27 +328,61 @@ def run_episodes(policy, env_id, targets, episodes, seed, context_len, return_sc
     return totals.reshape(len(targets), episodes)
 
 
-def evaluate(model_path, env_id, eval_episodes, seed, target_returns, context_len, return_scale, embed_dim, n_layer,
-             n_head, embed_layernorm=False):
+def evaluate(
+    model_path,
+    env_id,
+    eval_episodes,
+    seed,
+    target_returns,
+    context_len,
+    return_scale,
+    embed_dim,
+    n_layer,
+    n_head,
+    embed_layernorm=False,
+):
     """Load the saved parameters into a fresh network; run it at every target return (deterministic)."""
     with open(model_path, "rb") as f:
         saved = flax.serialization.msgpack_restore(f.read())
     space = offline_data.make_env(env_id).action_space
-    model = DecisionTransformer(len(saved["state_mean"]), space.shape[0], embed_dim, n_layer, n_head,
-                                saved["params"]["params"]["embed_timestep"]["embedding"].shape[0],
-                                tuple(float(x) for x in (space.high - space.low) / 2.0),
-                                tuple(float(x) for x in (space.high + space.low) / 2.0), embed_layernorm)
+    model = DecisionTransformer(
+        len(saved["state_mean"]),
+        space.shape[0],
+        embed_dim,
+        n_layer,
+        n_head,
+        saved["params"]["params"]["embed_timestep"]["embedding"].shape[0],
+        tuple(float(x) for x in (space.high - space.low) / 2.0),
+        tuple(float(x) for x in (space.high + space.low) / 2.0),
+        embed_layernorm,
+    )
     params = saved["params"]
 
     @jax.jit
     def act(params, batch):
-        return model.apply(params, batch["returns_to_go"], batch["states"], batch["actions"], batch["timesteps"],
-                           batch["mask"])[:, -1]
+        return model.apply(
+            params,
+            batch["returns_to_go"],
+            batch["states"],
+            batch["actions"],
+            batch["timesteps"],
+            batch["mask"],
+        )[:, -1]
 
     def policy(batch):
         return np.asarray(act(params, batch))
-    return run_episodes(policy, env_id, target_returns, eval_episodes, seed, context_len, return_scale,
-                        np.asarray(saved["state_mean"]), np.asarray(saved["state_std"]))
+
+    return run_episodes(
+        policy,
+        env_id,
+        target_returns,
+        eval_episodes,
+        seed,
+        context_len,
+        return_scale,
+        np.asarray(saved["state_mean"]),
+        np.asarray(saved["state_std"]),
+    )
 
 
 # ----------------------------------------------------------------------------- training
@@ -327,8 +394,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the evaluation environments (episode i gets seed + 10_000 + i).
     random.seed(args.seed)
@@ -346,9 +414,11 @@ def train(args: Args) -> dict:
     scored = targets.index(primary)
     state_mean = data["observations"].mean(0)
     state_std = data["observations"].std(0) + 1e-6
-    arrays = {"returns_to_go": returns_to_go(data["rewards"], bounds)[:, None] / return_scale,
-              "states": (data["observations"] - state_mean) / state_std,
-              "actions": data["actions"].astype(np.float32)}
+    arrays = {
+        "returns_to_go": returns_to_go(data["rewards"], bounds)[:, None] / return_scale,
+        "states": (data["observations"] - state_mean) / state_std,
+        "actions": data["actions"].astype(np.float32),
+    }
     traj_start = np.concatenate([np.full(e - s, s) for s, e in bounds])
     traj_end = np.concatenate([np.full(e - s, e) for s, e in bounds])
     env = offline_data.make_env(env_id)
@@ -357,34 +427,71 @@ def train(args: Args) -> dict:
     obs_dim, action_dim = data["observations"].shape[1], space.shape[0]
     max_timestep = max(time_limit, max(e - s for s, e in bounds))  # rows of the timestep embedding
 
-    model = DecisionTransformer(obs_dim, action_dim, args.embed_dim, args.n_layer, args.n_head, max_timestep,
-                                tuple(float(x) for x in (space.high - space.low) / 2.0),
-                                tuple(float(x) for x in (space.high + space.low) / 2.0), args.embed_layernorm)
+    model = DecisionTransformer(
+        obs_dim,
+        action_dim,
+        args.embed_dim,
+        args.n_layer,
+        args.n_head,
+        max_timestep,
+        tuple(float(x) for x in (space.high - space.low) / 2.0),
+        tuple(float(x) for x in (space.high + space.low) / 2.0),
+        args.embed_layernorm,
+    )
     key, init_key = jax.random.split(key)
-    example = gather_windows(arrays, traj_start[:1], traj_end[:1], np.zeros(1, dtype=np.int64), args.context_len)
-    params = model.init(init_key, example["returns_to_go"], example["states"], example["actions"],
-                        example["timesteps"], example["mask"])
+    example = gather_windows(
+        arrays, traj_start[:1], traj_end[:1], np.zeros(1, dtype=np.int64), args.context_len
+    )
+    params = model.init(
+        init_key,
+        example["returns_to_go"],
+        example["states"],
+        example["actions"],
+        example["timesteps"],
+        example["mask"],
+    )
     optimizer = optax.chain(
         optax.clip_by_global_norm(args.max_grad_norm),
-        optax.adamw(lambda count: args.learning_rate * jnp.minimum(1.0, (count + 1) / args.warmup_steps),
-                    weight_decay=args.weight_decay))
+        optax.adamw(
+            lambda count: args.learning_rate * jnp.minimum(1.0, (count + 1) / args.warmup_steps),
+            weight_decay=args.weight_decay,
+        ),
+    )
     opt_state = optimizer.init(params)
 
     @jax.jit
     def update(params, opt_state, batch):
         """One AdamW step on the masked action MSE (gradient clipped to max_grad_norm), one jitted call."""
+
         def loss_fn(params):
-            predicted = model.apply(params, batch["returns_to_go"], batch["states"], batch["actions"],
-                                    batch["timesteps"], batch["mask"])
+            predicted = model.apply(
+                params,
+                batch["returns_to_go"],
+                batch["states"],
+                batch["actions"],
+                batch["timesteps"],
+                batch["mask"],
+            )
             return dt_action_loss(predicted, batch["actions"], batch["mask"])
+
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, {"action_loss": loss, "grad_norm": optax.global_norm(grads)}
+        return (
+            optax.apply_updates(params, updates),
+            opt_state,
+            {"action_loss": loss, "grad_norm": optax.global_norm(grads)},
+        )
 
     @jax.jit
     def act(params, batch):
-        return model.apply(params, batch["returns_to_go"], batch["states"], batch["actions"], batch["timesteps"],
-                           batch["mask"])[:, -1]
+        return model.apply(
+            params,
+            batch["returns_to_go"],
+            batch["states"],
+            batch["actions"],
+            batch["timesteps"],
+            batch["mask"],
+        )[:, -1]
 
     def policy(batch):
         return np.asarray(act(params, batch))
@@ -403,26 +510,44 @@ def train(args: Args) -> dict:
             sps = int(step / (time.time() - start_time))
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, step)
-            writer.add_scalar("charts/learning_rate", args.learning_rate * min(1.0, step / args.warmup_steps), step)
+            writer.add_scalar(
+                "charts/learning_rate", args.learning_rate * min(1.0, step / args.warmup_steps), step
+            )
             writer.add_scalar("charts/SPS", sps, step)
 
         # ---- evaluation at every target return; the curve and the score follow the primary target
         if step % args.eval_every == 0 or step == args.total_steps:
-            returns = run_episodes(policy, env_id, targets, args.eval_episodes, args.seed + 10_000, args.context_len,
-                                   return_scale, state_mean, state_std)
+            returns = run_episodes(
+                policy,
+                env_id,
+                targets,
+                args.eval_episodes,
+                args.seed + 10_000,
+                args.context_len,
+                return_scale,
+                state_mean,
+                state_std,
+            )
             for r in returns[scored]:
                 episode_returns.append((step, float(r)))
                 writer.add_scalar("eval/episodic_return", r, step)
-            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, returns[scored].mean())),
-                              step)
+            writer.add_scalar(
+                "eval/normalized_score",
+                float(offline_data.normalized_score(args.dataset, returns[scored].mean())),
+                step,
+            )
             returns_by_target = {f"{target:g}": float(r.mean()) for target, r in zip(targets, returns)}
             for target, value in returns_by_target.items():
                 writer.add_scalar(f"eval/return_at_target_{target}", value, step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {float(step_losses['action_loss']):.4f}  returns by target "
-                  f"{returns_by_target}  SPS {int(step / (time.time() - start_time)):5,d}", end="", file=sys.stderr,
-                  flush=True)
+            print(
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {float(step_losses['action_loss']):.4f}  returns by target "
+                f"{returns_by_target}  SPS {int(step / (time.time() - start_time)):5,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -443,11 +568,24 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
-            f.write(flax.serialization.msgpack_serialize({"params": jax.device_get(params), "state_mean": state_mean,
-                                                          "state_std": state_std}))
-        eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, (primary,),
-                                args.context_len, return_scale, args.embed_dim, args.n_layer, args.n_head,
-                                args.embed_layernorm)[0]
+            f.write(
+                flax.serialization.msgpack_serialize(
+                    {"params": jax.device_get(params), "state_mean": state_mean, "state_std": state_std}
+                )
+            )
+        eval_returns = evaluate(
+            model_path,
+            env_id,
+            args.eval_episodes,
+            args.seed + 10_000,
+            (primary,),
+            args.context_len,
+            return_scale,
+            args.embed_dim,
+            args.n_layer,
+            args.n_head,
+            args.embed_layernorm,
+        )[0]
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/saved_model_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

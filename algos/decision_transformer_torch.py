@@ -29,6 +29,7 @@ pointmaze-stitch at target 1: 49.5 (the decoy) on every seed of both twins, it d
 start -> waypoint -> goal.
 Reproduce: python algos/decision_transformer_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -92,8 +93,17 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(dataset="pointmaze-stitch", total_steps=20, batch_size=8, warmup_steps=5, context_len=4,
-                  embed_dim=16, eval_every=10, eval_episodes=1, save_model=True)
+SMOKE_ARGS = dict(
+    dataset="pointmaze-stitch",
+    total_steps=20,
+    batch_size=8,
+    warmup_steps=5,
+    context_len=4,
+    embed_dim=16,
+    eval_every=10,
+    eval_episodes=1,
+    save_model=True,
+)
 
 # Returns-to-go are divided by a constant of the order of the returns, so that the return token is O(1).
 RETURN_SCALE = {"Pendulum-v1": 1000.0, "PointMazeStitch-v0": 1.0}
@@ -135,7 +145,9 @@ def gather_windows(arrays, starts, ends, firsts, context_len):
     out = {}
     for name, array in arrays.items():
         window = array[index]
-        out[name] = np.where(mask.reshape(mask.shape + (1,) * (window.ndim - 2)), window, 0).astype(np.float32)
+        out[name] = np.where(mask.reshape(mask.shape + (1,) * (window.ndim - 2)), window, 0).astype(
+            np.float32
+        )
     out["timesteps"] = np.where(mask, index - starts[:, None], 0).astype(np.int64)
     out["mask"] = mask.astype(np.float32)
     return out
@@ -203,8 +215,18 @@ class DecisionTransformer(nn.Module):
     (N(0, 0.02^2), zero biases). Measured, the GPT-2 init everywhere plus the LayerNorm (this script
     until 2026-12-06) against this: docs/algorithms/decision_transformer.md."""
 
-    def __init__(self, obs_dim, action_dim, embed_dim, n_layer, n_head, max_timestep, action_scale, action_bias,
-                 embed_layernorm=False):
+    def __init__(
+        self,
+        obs_dim,
+        action_dim,
+        embed_dim,
+        n_layer,
+        n_head,
+        max_timestep,
+        action_scale,
+        action_bias,
+        embed_layernorm=False,
+    ):
         super().__init__()
         self.embed_timestep = nn.Embedding(max_timestep, embed_dim)
         self.embed_return = nn.Linear(1, embed_dim)
@@ -223,14 +245,19 @@ class DecisionTransformer(nn.Module):
                 nn.init.uniform_(p, -1.0 / np.sqrt(fan_in), 1.0 / np.sqrt(fan_in))
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
-            elif p.dim() == 2:  # the timestep embedding and the transformer's weights N(0, 0.02^2); LayerNorm gains 1
+            elif (
+                p.dim() == 2
+            ):  # the timestep embedding and the transformer's weights N(0, 0.02^2); LayerNorm gains 1
                 nn.init.normal_(p, std=0.02)
 
     def forward(self, returns_to_go, states, actions, timesteps, mask):
         """(B, K, 1), (B, K, obs), (B, K, act), (B, K) int, (B, K) -> (B, K, act) predicted actions."""
         time_emb = self.embed_timestep(timesteps)
-        x = interleave_tokens(self.embed_return(returns_to_go) + time_emb, self.embed_state(states) + time_emb,
-                              self.embed_action(actions) + time_emb)
+        x = interleave_tokens(
+            self.embed_return(returns_to_go) + time_emb,
+            self.embed_state(states) + time_emb,
+            self.embed_action(actions) + time_emb,
+        )
         x = self.embed_ln(x)
         allowed = attention_allowed(mask)
         for block in self.h:
@@ -245,10 +272,21 @@ def check_args(args):
     """Bad input stops here, before any run directory is written. Returns the dataset's info."""
     info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
     if info["discrete"]:
-        raise ValueError(f"{args.dataset} has discrete actions; this script is for Box actions. For "
-                         f"discrete offline data use algos/bc_torch.py or algos/cql_torch.py")
-    for name in ("total_steps", "batch_size", "context_len", "embed_dim", "n_layer", "n_head", "eval_every",
-                 "eval_episodes", "warmup_steps"):
+        raise ValueError(
+            f"{args.dataset} has discrete actions; this script is for Box actions. For "
+            f"discrete offline data use algos/bc_torch.py or algos/cql_torch.py"
+        )
+    for name in (
+        "total_steps",
+        "batch_size",
+        "context_len",
+        "embed_dim",
+        "n_layer",
+        "n_head",
+        "eval_every",
+        "eval_episodes",
+        "warmup_steps",
+    ):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
     if args.embed_dim % args.n_head:
@@ -266,17 +304,20 @@ def run_episodes(policy, env_id, targets, episodes, seed, context_len, return_sc
     envs = [offline_data.make_env(env_id) for _ in targets for _ in range(episodes)]
     E, T = len(envs), envs[0].spec.max_episode_steps
     obs = np.stack([env.reset(seed=seed + i % episodes)[0] for i, env in enumerate(envs)])
-    history = {"returns_to_go": np.zeros((E * T, 1), np.float32),
-               "states": np.zeros((E * T, obs.shape[1]), np.float32),
-               "actions": np.zeros((E * T, envs[0].action_space.shape[0]), np.float32)}
+    history = {
+        "returns_to_go": np.zeros((E * T, 1), np.float32),
+        "states": np.zeros((E * T, obs.shape[1]), np.float32),
+        "actions": np.zeros((E * T, envs[0].action_space.shape[0]), np.float32),
+    }
     rtg = np.repeat(np.asarray(targets, dtype=np.float64), episodes)
     totals, done = np.zeros(E), np.zeros(E, dtype=bool)
     starts = np.arange(E) * T
     for t in range(T):
         history["returns_to_go"][starts + t, 0] = rtg / return_scale
         history["states"][starts + t] = (obs - state_mean) / state_std
-        batch = gather_windows(history, starts, starts + t + 1, np.maximum(starts, starts + t + 1 - context_len),
-                               context_len)
+        batch = gather_windows(
+            history, starts, starts + t + 1, np.maximum(starts, starts + t + 1 - context_len), context_len
+        )
         actions = policy(batch)
         history["actions"][starts + t] = actions
         for i in np.flatnonzero(~done):
@@ -291,22 +332,53 @@ def run_episodes(policy, env_id, targets, episodes, seed, context_len, return_sc
     return totals.reshape(len(targets), episodes)
 
 
-def evaluate(model_path, env_id, eval_episodes, seed, target_returns, context_len, return_scale, embed_dim, n_layer,
-             n_head, embed_layernorm=False):
+def evaluate(
+    model_path,
+    env_id,
+    eval_episodes,
+    seed,
+    target_returns,
+    context_len,
+    return_scale,
+    embed_dim,
+    n_layer,
+    n_head,
+    embed_layernorm=False,
+):
     """Load the saved parameters into a fresh network; run it at every target return (deterministic)."""
     saved = torch.load(model_path, map_location="cpu")
     space = offline_data.make_env(env_id).action_space
-    model = DecisionTransformer(len(saved["state_mean"]), space.shape[0], embed_dim, n_layer, n_head,
-                                saved["embed_timestep.weight"].shape[0], (space.high - space.low) / 2.0,
-                                (space.high + space.low) / 2.0, embed_layernorm)
+    model = DecisionTransformer(
+        len(saved["state_mean"]),
+        space.shape[0],
+        embed_dim,
+        n_layer,
+        n_head,
+        saved["embed_timestep.weight"].shape[0],
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+        embed_layernorm,
+    )
     model.load_state_dict({k: v for k, v in saved.items() if k not in ("state_mean", "state_std")})
 
     def policy(batch):
         with torch.no_grad():
             b = {k: torch.as_tensor(v) for k, v in batch.items()}
-            return model(b["returns_to_go"], b["states"], b["actions"], b["timesteps"], b["mask"])[:, -1].numpy()
-    return run_episodes(policy, env_id, target_returns, eval_episodes, seed, context_len, return_scale,
-                        saved["state_mean"].numpy(), saved["state_std"].numpy())
+            return model(b["returns_to_go"], b["states"], b["actions"], b["timesteps"], b["mask"])[
+                :, -1
+            ].numpy()
+
+    return run_episodes(
+        policy,
+        env_id,
+        target_returns,
+        eval_episodes,
+        seed,
+        context_len,
+        return_scale,
+        saved["state_mean"].numpy(),
+        saved["state_std"].numpy(),
+    )
 
 
 # ----------------------------------------------------------------------------- training
@@ -318,8 +390,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the evaluation environments (episode i gets seed + 10_000 + i).
     random.seed(args.seed)
@@ -336,9 +409,11 @@ def train(args: Args) -> dict:
     scored = targets.index(primary)
     state_mean = data["observations"].mean(0)
     state_std = data["observations"].std(0) + 1e-6
-    arrays = {"returns_to_go": returns_to_go(data["rewards"], bounds)[:, None] / return_scale,
-              "states": (data["observations"] - state_mean) / state_std,
-              "actions": data["actions"].astype(np.float32)}
+    arrays = {
+        "returns_to_go": returns_to_go(data["rewards"], bounds)[:, None] / return_scale,
+        "states": (data["observations"] - state_mean) / state_std,
+        "actions": data["actions"].astype(np.float32),
+    }
     traj_start = np.concatenate([np.full(e - s, s) for s, e in bounds])
     traj_end = np.concatenate([np.full(e - s, e) for s, e in bounds])
     env = offline_data.make_env(env_id)
@@ -347,16 +422,30 @@ def train(args: Args) -> dict:
     obs_dim, action_dim = data["observations"].shape[1], space.shape[0]
     max_timestep = max(time_limit, max(e - s for s, e in bounds))  # rows of the timestep embedding
 
-    model = DecisionTransformer(obs_dim, action_dim, args.embed_dim, args.n_layer, args.n_head, max_timestep,
-                                (space.high - space.low) / 2.0, (space.high + space.low) / 2.0,
-                                args.embed_layernorm).to(device)
+    model = DecisionTransformer(
+        obs_dim,
+        action_dim,
+        args.embed_dim,
+        args.n_layer,
+        args.n_head,
+        max_timestep,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+        args.embed_layernorm,
+    ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / args.warmup_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / args.warmup_steps)
+    )
 
     def policy(batch):
         with torch.no_grad():
             b = {k: torch.as_tensor(v, device=device) for k, v in batch.items()}
-            return model(b["returns_to_go"], b["states"], b["actions"], b["timesteps"], b["mask"])[:, -1].cpu().numpy()
+            return (
+                model(b["returns_to_go"], b["states"], b["actions"], b["timesteps"], b["mask"])[:, -1]
+                .cpu()
+                .numpy()
+            )
 
     episode_returns, returns_by_target, losses, last_print = [], {}, {}, 0.0
     start_time = time.time()
@@ -379,26 +468,44 @@ def train(args: Args) -> dict:
             sps = int(step / (time.time() - start_time))
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, step)
-            writer.add_scalar("charts/learning_rate", args.learning_rate * min(1.0, step / args.warmup_steps), step)
+            writer.add_scalar(
+                "charts/learning_rate", args.learning_rate * min(1.0, step / args.warmup_steps), step
+            )
             writer.add_scalar("charts/SPS", sps, step)
 
         # ---- evaluation at every target return; the curve and the score follow the primary target
         if step % args.eval_every == 0 or step == args.total_steps:
-            returns = run_episodes(policy, env_id, targets, args.eval_episodes, args.seed + 10_000, args.context_len,
-                                   return_scale, state_mean, state_std)
+            returns = run_episodes(
+                policy,
+                env_id,
+                targets,
+                args.eval_episodes,
+                args.seed + 10_000,
+                args.context_len,
+                return_scale,
+                state_mean,
+                state_std,
+            )
             for r in returns[scored]:
                 episode_returns.append((step, float(r)))
                 writer.add_scalar("eval/episodic_return", r, step)
-            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, returns[scored].mean())),
-                              step)
+            writer.add_scalar(
+                "eval/normalized_score",
+                float(offline_data.normalized_score(args.dataset, returns[scored].mean())),
+                step,
+            )
             returns_by_target = {f"{target:g}": float(r.mean()) for target, r in zip(targets, returns)}
             for target, value in returns_by_target.items():
                 writer.add_scalar(f"eval/return_at_target_{target}", value, step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {loss.item():.4f}  returns by target "
-                  f"{returns_by_target}  SPS {int(step / (time.time() - start_time)):5,d}", end="", file=sys.stderr,
-                  flush=True)
+            print(
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {loss.item():.4f}  returns by target "
+                f"{returns_by_target}  SPS {int(step / (time.time() - start_time)):5,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -419,11 +526,23 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
         state = {k: v.cpu() for k, v in model.state_dict().items()}
-        torch.save({**state, "state_mean": torch.as_tensor(state_mean), "state_std": torch.as_tensor(state_std)},
-                   model_path)
-        eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, (primary,),
-                                args.context_len, return_scale, args.embed_dim, args.n_layer, args.n_head,
-                                args.embed_layernorm)[0]
+        torch.save(
+            {**state, "state_mean": torch.as_tensor(state_mean), "state_std": torch.as_tensor(state_std)},
+            model_path,
+        )
+        eval_returns = evaluate(
+            model_path,
+            env_id,
+            args.eval_episodes,
+            args.seed + 10_000,
+            (primary,),
+            args.context_len,
+            return_scale,
+            args.embed_dim,
+            args.n_layer,
+            args.n_head,
+            args.embed_layernorm,
+        )[0]
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/saved_model_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

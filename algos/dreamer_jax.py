@@ -29,6 +29,7 @@ actor), last-5-episode mean: torch seeds 1-3 -198.4 / -178.8 / -644.3, JAX seeds
 (random play: about -1,200).
 Reproduce: python algos/dreamer_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -107,8 +108,20 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=500, seed_episodes=2, train_every=50, train_steps=2, batch_size=4, seq_len=10,
-                  horizon=3, deter_size=16, stoch_size=4, hidden_size=16, save_model=True, eval_episodes=1)
+SMOKE_ARGS = dict(
+    total_timesteps=500,
+    seed_episodes=2,
+    train_every=50,
+    train_steps=2,
+    batch_size=4,
+    seq_len=10,
+    horizon=3,
+    deter_size=16,
+    stoch_size=4,
+    hidden_size=16,
+    save_model=True,
+    eval_episodes=1,
+)
 
 MIN_STD = 0.1  # lower bound of the RSSM's Gaussian standard deviations
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the actor's log std range
@@ -138,8 +151,8 @@ def gru_update(parts, h):
 def gaussian_kl(mean1, std1, mean2, std2):
     """KL(N(mean1, std1^2) || N(mean2, std2^2)) of diagonal Gaussians in closed form, summed over the last axis:
 
-        log(std2 / std1) + (std1^2 + (mean1 - mean2)^2) / (2 std2^2) - 1/2  per dimension."""
-    kl = jnp.log(std2 / std1) + (std1 ** 2 + (mean1 - mean2) ** 2) / (2.0 * std2 ** 2) - 0.5
+    log(std2 / std1) + (std1^2 + (mean1 - mean2)^2) / (2 std2^2) - 1/2  per dimension."""
+    kl = jnp.log(std2 / std1) + (std1**2 + (mean1 - mean2) ** 2) / (2.0 * std2**2) - 0.5
     return kl.sum(-1)
 
 
@@ -171,7 +184,7 @@ def world_model_loss(obs_pred, obs, reward_pred, rewards, reward_mask, kl_loss, 
 def tanh_log_det_jacobian(u):
     """sum_i log(1 - tanh(u_i)^2) over the last (action) axis, in the stable form
 
-        log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
+    log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
     """
     return (2.0 * (np.log(2.0) - u - jax.nn.softplus(-2.0 * u))).sum(-1)
 
@@ -184,7 +197,7 @@ def sample_squashed(mean, log_std, noise, action_scale, action_bias):
     """
     std = jnp.exp(log_std)
     u = mean + std * noise
-    gaussian_logp = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    gaussian_logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
     log_prob = gaussian_logp - tanh_log_det_jacobian(u) - jnp.log(action_scale).sum()
     return jnp.tanh(u) * action_scale + action_bias, log_prob
 
@@ -196,10 +209,12 @@ def lambda_returns(rewards, values, discounts, bootstrap, lambda_):
 
     where r_t is the reward of step t -> t+1, v_t = V(s_{t+1}) the value of the state it reaches and
     d_t its discount; rewards, values, discounts: (H, B), bootstrap: (B). Returns G_0..G_{H-1}, (H, B)."""
+
     def step(last, xs):
         reward, value, discount = xs
         last = reward + discount * ((1.0 - lambda_) * value + lambda_ * last)
         return last, last
+
     _, returns = jax.lax.scan(step, bootstrap, (rewards, values, discounts), reverse=True)
     return returns
 
@@ -227,12 +242,14 @@ def imagine(img_step, policy, h, z, noise, action_noise):
     """Roll the latent dynamics forward len(noise) steps from the start states (h, z), (N, .):
     a_t, log pi_t = policy(feat_t, action_noise[t]); (h, z) <- img_step(h, z, a_t, noise[t]) (a prior
     sample). Returns the features of s_0..s_H, (H + 1, N, deter + stoch), and the log-probs, (H, N)."""
+
     def step(carry, xs):
         h, z = carry
         eps, action_eps = xs
         action, log_prob = policy(jnp.concatenate([h, z], -1), action_eps)
         h, z = img_step(h, z, action, eps)
         return (h, z), (jnp.concatenate([h, z], -1), log_prob)
+
     _, (feats, log_probs) = jax.lax.scan(step, (h, z), (noise, action_noise))
     return jnp.concatenate([jnp.concatenate([h, z], -1)[None], feats], 0), log_probs
 
@@ -245,6 +262,7 @@ def layer_init(features):
 
 class MLP(nn.Module):
     """Two ELU hidden layers, a linear output."""
+
     hidden_size: int
     out_dim: int
 
@@ -259,6 +277,7 @@ class WorldModel(nn.Module):
     """The RSSM with its heads. Encoder e(o); image step: x = elu(W [z, a]), h' = GRU(x, h),
     prior p(z' | h') = N(mean, std) from an ELU layer on h'; observe step: the posterior
     q(z | h, e(o)) from an ELU layer on [h, e(o)]; decoder o(h, z) and reward r(h, z)."""
+
     obs_dim: int
     deter_size: int
     stoch_size: int
@@ -300,7 +319,9 @@ class WorldModel(nn.Module):
     def obs_step(self, h, z, action, embed):
         """(h', prior mean, prior std, posterior mean, posterior std) given the next observation's embedding."""
         h, prior_mean, prior_std = self.img_step(h, z, action)
-        post_mean, post_std = gaussian_stats(self.post_out(nn.elu(self.post_hidden(jnp.concatenate([h, embed], -1)))), MIN_STD)
+        post_mean, post_std = gaussian_stats(
+            self.post_out(nn.elu(self.post_hidden(jnp.concatenate([h, embed], -1)))), MIN_STD
+        )
         return h, prior_mean, prior_std, post_mean, post_std
 
     def imagine_step(self, h, z, action, noise):
@@ -311,6 +332,7 @@ class WorldModel(nn.Module):
 
 class Actor(nn.Module):
     """Tanh-Gaussian policy on the model state (h, z): an ELU trunk, the mean and log std of u, a = scale tanh(u) + bias."""
+
     action_dim: int
     hidden_size: int
 
@@ -336,10 +358,19 @@ def observe(model, params, obs, prev_actions, noise):
     def step(carry, xs):
         h, z = carry
         action, e, eps = xs
-        h, prior_mean, prior_std, post_mean, post_std = model.apply(params, h, z, action, e, method=WorldModel.obs_step)
+        h, prior_mean, prior_std, post_mean, post_std = model.apply(
+            params, h, z, action, e, method=WorldModel.obs_step
+        )
         z = post_mean + post_std * eps
-        return (h, z), {"h": h, "z": z, "prior_mean": prior_mean, "prior_std": prior_std,
-                        "post_mean": post_mean, "post_std": post_std}
+        return (h, z), {
+            "h": h,
+            "z": z,
+            "prior_mean": prior_mean,
+            "prior_std": prior_std,
+            "post_mean": post_mean,
+            "post_std": post_std,
+        }
+
     _, out = jax.lax.scan(step, (h, z), (prev_actions.swapaxes(0, 1), embed.swapaxes(0, 1), noise))
     return out
 
@@ -349,33 +380,49 @@ def check_args(args):
     if args.horizon < 1:
         raise ValueError(f"horizon = {args.horizon}: imagination needs at least one step")
     if args.free_nats < 0:
-        raise ValueError(f"free_nats = {args.free_nats}: a KL is never negative, so a negative floor means nothing")
+        raise ValueError(
+            f"free_nats = {args.free_nats}: a KL is never negative, so a negative floor means nothing"
+        )
     if not 0.0 <= args.kl_balance <= 1.0:
         raise ValueError(f"kl_balance = {args.kl_balance} is the prior's share of the KL gradient, in [0, 1]")
     if not 0.0 <= args.lambda_ <= 1.0 or not 0.0 < args.gamma <= 1.0:
         raise ValueError(f"lambda_ = {args.lambda_} must be in [0, 1] and gamma = {args.gamma} in (0, 1]")
     if args.batch_size < 1 or args.seq_len < 1:
-        raise ValueError(f"batch_size = {args.batch_size}, seq_len = {args.seq_len}: at least one sequence of one step")
+        raise ValueError(
+            f"batch_size = {args.batch_size}, seq_len = {args.seq_len}: at least one sequence of one step"
+        )
     if args.seed_episodes < 1 or args.train_every < 1 or args.train_steps < 1:
-        raise ValueError(f"seed_episodes = {args.seed_episodes}, train_every = {args.train_every}, train_steps = "
-                         f"{args.train_steps}: each must be at least 1")
+        raise ValueError(
+            f"seed_episodes = {args.seed_episodes}, train_every = {args.train_every}, train_steps = "
+            f"{args.train_steps}: each must be at least 1"
+        )
     if min(args.deter_size, args.stoch_size, args.hidden_size) < 1:
         raise ValueError("deter_size, stoch_size and hidden_size must be positive")
     if args.env_id not in NEVER_TERMINATES:
-        raise ValueError(f"{args.env_id} is not in NEVER_TERMINATES: this script learns no continuation head, so "
-                         f"it only runs environments whose episodes end by the time limit alone")
+        raise ValueError(
+            f"{args.env_id} is not in NEVER_TERMINATES: this script learns no continuation head, so "
+            f"it only runs environments whose episodes end by the time limit alone"
+        )
     env = gym.make(args.env_id)  # env construction only: no step taken
     space, obs_space, limit = env.action_space, env.observation_space, env.spec.max_episode_steps
     env.close()
-    if not isinstance(space, gym.spaces.Box) or not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+    if not isinstance(space, gym.spaces.Box) or not (
+        np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))
+    ):
         raise ValueError(f"{args.env_id} needs Box actions with finite bounds (the tanh squashing)")
     if len(obs_space.shape) != 1:
-        raise ValueError(f"{args.env_id} has observations of shape {obs_space.shape}; this script is for vectors")
+        raise ValueError(
+            f"{args.env_id} has observations of shape {obs_space.shape}; this script is for vectors"
+        )
     if args.seq_len > limit + 1:
-        raise ValueError(f"seq_len = {args.seq_len} is longer than an episode ({limit} steps, {limit + 1} observations)")
+        raise ValueError(
+            f"seq_len = {args.seq_len} is longer than an episode ({limit} steps, {limit + 1} observations)"
+        )
     if args.seed_episodes * limit >= args.total_timesteps:
-        raise ValueError(f"seed_episodes = {args.seed_episodes} ({args.seed_episodes * limit} steps) leaves no update "
-                         f"within total_timesteps = {args.total_timesteps}")
+        raise ValueError(
+            f"seed_episodes = {args.seed_episodes} ({args.seed_episodes * limit} steps) leaves no update "
+            f"within total_timesteps = {args.total_timesteps}"
+        )
 
 
 def make_networks(obs_dim, action_dim, deter_size, stoch_size, hidden_size, key):
@@ -384,9 +431,17 @@ def make_networks(obs_dim, action_dim, deter_size, stoch_size, hidden_size, key)
     actor, critic = Actor(action_dim, hidden_size), MLP(hidden_size, 1)
     model_key, actor_key, critic_key = jax.random.split(key, 3)
     feat = jnp.zeros((1, deter_size + stoch_size))
-    params = {"world_model": model.init(model_key, jnp.zeros((1, obs_dim)), jnp.zeros((1, deter_size)),
-                                        jnp.zeros((1, stoch_size)), jnp.zeros((1, action_dim))),
-              "actor": actor.init(actor_key, feat), "critic": critic.init(critic_key, feat)}
+    params = {
+        "world_model": model.init(
+            model_key,
+            jnp.zeros((1, obs_dim)),
+            jnp.zeros((1, deter_size)),
+            jnp.zeros((1, stoch_size)),
+            jnp.zeros((1, action_dim)),
+        ),
+        "actor": actor.init(actor_key, feat),
+        "critic": critic.init(critic_key, feat),
+    }
     return model, actor, critic, params
 
 
@@ -396,8 +451,9 @@ def evaluate(model_path, env_id, eval_episodes, seed, deter_size, stoch_size, hi
     env = gym.make(env_id)
     space = env.action_space
     obs_dim, action_dim = int(np.prod(env.observation_space.shape)), int(np.prod(space.shape))
-    model, actor, _, template = make_networks(obs_dim, action_dim, deter_size, stoch_size, hidden_size,
-                                              jax.random.PRNGKey(0))
+    model, actor, _, template = make_networks(
+        obs_dim, action_dim, deter_size, stoch_size, hidden_size, jax.random.PRNGKey(0)
+    )
     with open(model_path, "rb") as f:
         params = flax.serialization.from_bytes(template, f.read())
     scale, bias = jnp.asarray((space.high - space.low) / 2.0), jnp.asarray((space.high + space.low) / 2.0)
@@ -426,15 +482,18 @@ def evaluate(model_path, env_id, eval_episodes, seed, deter_size, stoch_size, hi
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
-    jax.config.update("jax_cpu_enable_async_dispatch", False)  # one small jitted call per env step (see dqn.md)
+    jax.config.update(
+        "jax_cpu_enable_async_dispatch", False
+    )  # one small jitted call per env step (see dqn.md)
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environment.
     random.seed(args.seed)
@@ -446,16 +505,21 @@ def train(args: Args) -> dict:
     space = env.action_space
     obs_dim, action_dim = int(np.prod(env.observation_space.shape)), int(np.prod(space.shape))
     key, init_key = jax.random.split(key)
-    model, actor, critic, params = make_networks(obs_dim, action_dim, args.deter_size, args.stoch_size,
-                                                 args.hidden_size, init_key)
+    model, actor, critic, params = make_networks(
+        obs_dim, action_dim, args.deter_size, args.stoch_size, args.hidden_size, init_key
+    )
     action_scale = jnp.asarray((space.high - space.low) / 2.0, dtype=jnp.float32)
     action_bias = jnp.asarray((space.high + space.low) / 2.0, dtype=jnp.float32)
     model_optimizer = optax.chain(optax.clip_by_global_norm(args.grad_clip), optax.adam(args.model_lr))
     actor_optimizer = optax.chain(optax.clip_by_global_norm(args.grad_clip), optax.adam(args.actor_lr))
     critic_optimizer = optax.chain(optax.clip_by_global_norm(args.grad_clip), optax.adam(args.critic_lr))
-    state = {"params": params, "critic_target": params["critic"],
-             "model_opt": model_optimizer.init(params["world_model"]),
-             "actor_opt": actor_optimizer.init(params["actor"]), "critic_opt": critic_optimizer.init(params["critic"])}
+    state = {
+        "params": params,
+        "critic_target": params["critic"],
+        "model_opt": model_optimizer.init(params["world_model"]),
+        "actor_opt": actor_optimizer.init(params["actor"]),
+        "critic_opt": critic_optimizer.init(params["critic"]),
+    }
 
     # Replay of whole episodes, aligned per observation: obs[t], the action before it (zero at t = 0)
     # and the reward of that action (none at t = 0: reward_mask 0).
@@ -466,8 +530,10 @@ def train(args: Args) -> dict:
         """batch_size windows of seq_len steps, each from a random stored episode at a random start."""
         rows = [episodes[i] for i in np.random.randint(0, len(episodes), size=args.batch_size)]
         starts = [np.random.randint(0, len(ep["obs"]) - args.seq_len + 1) for ep in rows]
-        return {k: jnp.asarray(np.stack([ep[k][s:s + args.seq_len] for ep, s in zip(rows, starts)]))
-                for k in ("obs", "prev_actions", "rewards", "reward_mask")}
+        return {
+            k: jnp.asarray(np.stack([ep[k][s : s + args.seq_len] for ep, s in zip(rows, starts)]))
+            for k in ("obs", "prev_actions", "rewards", "reward_mask")
+        }
 
     def policy_sample(actor_params, feat, noise):
         mean, log_std = actor.apply(actor_params, feat)
@@ -481,18 +547,36 @@ def train(args: Args) -> dict:
 
         # ---- world model: reconstruction + reward + balanced KL with free nats
         def model_loss_of(wm_params):
-            states = observe(model, wm_params, batch["obs"], batch["prev_actions"],
-                             jax.random.normal(obs_key, (args.seq_len, args.batch_size, args.stoch_size)))
+            states = observe(
+                model,
+                wm_params,
+                batch["obs"],
+                batch["prev_actions"],
+                jax.random.normal(obs_key, (args.seq_len, args.batch_size, args.stoch_size)),
+            )
             feat = jnp.concatenate([states["h"], states["z"]], -1).swapaxes(0, 1)  # (B, L, feat)
-            kl_loss, kl = kl_balance_loss(states["post_mean"], states["post_std"], states["prior_mean"],
-                                          states["prior_std"], args.kl_balance, args.free_nats)
+            kl_loss, kl = kl_balance_loss(
+                states["post_mean"],
+                states["post_std"],
+                states["prior_mean"],
+                states["prior_std"],
+                args.kl_balance,
+                args.free_nats,
+            )
             model_loss, recon_loss, reward_loss = world_model_loss(
-                model.apply(wm_params, feat, method=WorldModel.decode), batch["obs"],
-                model.apply(wm_params, feat, method=WorldModel.reward_head), batch["rewards"],
-                batch["reward_mask"], kl_loss, args.kl_scale)
+                model.apply(wm_params, feat, method=WorldModel.decode),
+                batch["obs"],
+                model.apply(wm_params, feat, method=WorldModel.reward_head),
+                batch["rewards"],
+                batch["reward_mask"],
+                kl_loss,
+                args.kl_scale,
+            )
             return model_loss, (states, recon_loss, reward_loss, kl)
+
         (model_loss, (states, recon_loss, reward_loss, kl)), model_grads = jax.value_and_grad(
-            model_loss_of, has_aux=True)(params["world_model"])
+            model_loss_of, has_aux=True
+        )(params["world_model"])
         updates, model_opt = model_optimizer.update(model_grads, state["model_opt"])
         wm_params = optax.apply_updates(params["world_model"], updates)
 
@@ -508,33 +592,61 @@ def train(args: Args) -> dict:
 
         # ---- actor: maximise the lambda-returns by backpropagating through the imagined dynamics
         def actor_loss_of(actor_params):
-            feats, log_probs = imagine(img_step, lambda feat, noise: policy_sample(actor_params, feat, noise),
-                                       h0, z0, img_noise, act_noise)
+            feats, log_probs = imagine(
+                img_step,
+                lambda feat, noise: policy_sample(actor_params, feat, noise),
+                h0,
+                z0,
+                img_noise,
+                act_noise,
+            )
             rewards = model.apply(wm_params, feats[1:], method=WorldModel.reward_head)
             values = critic.apply(state["critic_target"], feats[1:]).squeeze(-1)
             discounts = jnp.full_like(rewards, args.gamma)  # NEVER_TERMINATES: no continuation head
             returns = lambda_returns(rewards, values, discounts, values[-1], args.lambda_)
             weights = jax.lax.stop_gradient(discount_weights(discounts))
-            return actor_loss_fn(returns, log_probs, weights, args.entropy_coef), (feats, log_probs, returns, weights)
+            return actor_loss_fn(returns, log_probs, weights, args.entropy_coef), (
+                feats,
+                log_probs,
+                returns,
+                weights,
+            )
+
         (actor_loss, (feats, log_probs, returns, weights)), actor_grads = jax.value_and_grad(
-            actor_loss_of, has_aux=True)(params["actor"])  # the world model is not changed by the actor
+            actor_loss_of, has_aux=True
+        )(params["actor"])  # the world model is not changed by the actor
         updates, actor_opt = actor_optimizer.update(actor_grads, state["actor_opt"])
         actor_params = optax.apply_updates(params["actor"], updates)
 
         # ---- critic: regress the lambda-returns on the imagined states s_0..s_{H-1}
         def critic_loss_of(critic_params):
-            return critic_loss_fn(critic.apply(critic_params, jax.lax.stop_gradient(feats[:-1])).squeeze(-1),
-                                  returns, weights)
+            return critic_loss_fn(
+                critic.apply(critic_params, jax.lax.stop_gradient(feats[:-1])).squeeze(-1), returns, weights
+            )
+
         critic_loss, critic_grads = jax.value_and_grad(critic_loss_of)(params["critic"])
         updates, critic_opt = critic_optimizer.update(critic_grads, state["critic_opt"])
         critic_params = optax.apply_updates(params["critic"], updates)
-        critic_target = optax.incremental_update(critic_params, state["critic_target"], args.critic_tau)  # slow += tau * (online - slow)
-        state = {"params": {"world_model": wm_params, "actor": actor_params, "critic": critic_params},
-                 "critic_target": critic_target, "model_opt": model_opt, "actor_opt": actor_opt,
-                 "critic_opt": critic_opt}
-        return state, {"model_loss": model_loss, "recon_loss": recon_loss, "reward_loss": reward_loss,
-                       "kl": kl, "actor_loss": actor_loss, "critic_loss": critic_loss,
-                       "imagined_return": returns[0].mean(), "entropy": -log_probs.mean()}
+        critic_target = optax.incremental_update(
+            critic_params, state["critic_target"], args.critic_tau
+        )  # slow += tau * (online - slow)
+        state = {
+            "params": {"world_model": wm_params, "actor": actor_params, "critic": critic_params},
+            "critic_target": critic_target,
+            "model_opt": model_opt,
+            "actor_opt": actor_opt,
+            "critic_opt": critic_opt,
+        }
+        return state, {
+            "model_loss": model_loss,
+            "recon_loss": recon_loss,
+            "reward_loss": reward_loss,
+            "kl": kl,
+            "actor_loss": actor_loss,
+            "critic_loss": critic_loss,
+            "imagined_return": returns[0].mean(),
+            "entropy": -log_probs.mean(),
+        }
 
     @jax.jit
     def filter_and_act(params, h, z, action, obs, key):
@@ -542,11 +654,13 @@ def train(args: Args) -> dict:
         key is split inside the jitted call."""
         key, post_key, act_key = jax.random.split(key, 3)
         embed = model.apply(params["world_model"], obs[None], method=WorldModel.encode)
-        h, _, _, post_mean, post_std = model.apply(params["world_model"], h, z, action, embed,
-                                                   method=WorldModel.obs_step)
+        h, _, _, post_mean, post_std = model.apply(
+            params["world_model"], h, z, action, embed, method=WorldModel.obs_step
+        )
         z = post_mean + post_std * jax.random.normal(post_key, post_std.shape)
-        policy_action = policy_sample(params["actor"], jnp.concatenate([h, z], -1),
-                                      jax.random.normal(act_key, (1, action_dim)))[0]
+        policy_action = policy_sample(
+            params["actor"], jnp.concatenate([h, z], -1), jax.random.normal(act_key, (1, action_dim))
+        )[0]
         return h, z, policy_action, key
 
     learning_starts = args.seed_episodes * env.spec.max_episode_steps
@@ -554,11 +668,17 @@ def train(args: Args) -> dict:
     start_time = time.time()
     obs, _ = env.reset(seed=args.seed)
     ep = {"obs": [obs], "prev_actions": [np.zeros(action_dim)], "rewards": [0.0], "reward_mask": [0.0]}
-    h, z, action = jnp.zeros((1, args.deter_size)), jnp.zeros((1, args.stoch_size)), jnp.zeros((1, action_dim))
+    h, z, action = (
+        jnp.zeros((1, args.deter_size)),
+        jnp.zeros((1, args.stoch_size)),
+        jnp.zeros((1, action_dim)),
+    )
 
     for global_step in range(1, args.total_timesteps + 1):
         # ---- act: random for the seed episodes, then a sample of the policy on the filtered state
-        h, z, policy_action, key = filter_and_act(state["params"], h, z, action, jnp.asarray(obs, dtype=jnp.float32), key)
+        h, z, policy_action, key = filter_and_act(
+            state["params"], h, z, action, jnp.asarray(obs, dtype=jnp.float32), key
+        )
         if global_step <= learning_starts:
             action = jnp.asarray(space.sample(), dtype=jnp.float32)[None]
         else:
@@ -575,8 +695,17 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/episodic_return", episode_returns[-1][1], global_step)
             writer.add_scalar("charts/episodic_length", len(ep["rewards"]) - 1, global_step)
             obs, _ = env.reset()
-            ep = {"obs": [obs], "prev_actions": [np.zeros(action_dim)], "rewards": [0.0], "reward_mask": [0.0]}
-            h, z, action = jnp.zeros((1, args.deter_size)), jnp.zeros((1, args.stoch_size)), jnp.zeros((1, action_dim))
+            ep = {
+                "obs": [obs],
+                "prev_actions": [np.zeros(action_dim)],
+                "rewards": [0.0],
+                "reward_mask": [0.0],
+            }
+            h, z, action = (
+                jnp.zeros((1, args.deter_size)),
+                jnp.zeros((1, args.stoch_size)),
+                jnp.zeros((1, action_dim)),
+            )
 
         # ---- train_steps updates every train_every steps after the seed episodes
         if global_step > learning_starts and global_step % args.train_every == 0:
@@ -593,8 +722,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or global_step == args.total_timesteps):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
-                      f"kl {losses.get('kl', float('nan')):.2f}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
+                    f"kl {losses.get('kl', float('nan')):.2f}  SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -613,8 +747,15 @@ def train(args: Args) -> dict:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
             f.write(flax.serialization.to_bytes(state["params"]))
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.deter_size,
-                                args.stoch_size, args.hidden_size)
+        eval_returns = evaluate(
+            model_path,
+            args.env_id,
+            args.eval_episodes,
+            args.seed + 10_000,
+            args.deter_size,
+            args.stoch_size,
+            args.hidden_size,
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

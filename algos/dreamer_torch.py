@@ -29,6 +29,7 @@ actor), last-5-episode mean: torch seeds 1-3 -198.4 / -178.8 / -644.3, JAX seeds
 (random play: about -1,200).
 Reproduce: python algos/dreamer_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -105,8 +106,20 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=500, seed_episodes=2, train_every=50, train_steps=2, batch_size=4, seq_len=10,
-                  horizon=3, deter_size=16, stoch_size=4, hidden_size=16, save_model=True, eval_episodes=1)
+SMOKE_ARGS = dict(
+    total_timesteps=500,
+    seed_episodes=2,
+    train_every=50,
+    train_steps=2,
+    batch_size=4,
+    seq_len=10,
+    horizon=3,
+    deter_size=16,
+    stoch_size=4,
+    hidden_size=16,
+    save_model=True,
+    eval_episodes=1,
+)
 
 MIN_STD = 0.1  # lower bound of the RSSM's Gaussian standard deviations
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the actor's log std range
@@ -136,8 +149,8 @@ def gru_update(parts, h):
 def gaussian_kl(mean1, std1, mean2, std2):
     """KL(N(mean1, std1^2) || N(mean2, std2^2)) of diagonal Gaussians in closed form, summed over the last axis:
 
-        log(std2 / std1) + (std1^2 + (mean1 - mean2)^2) / (2 std2^2) - 1/2  per dimension."""
-    kl = torch.log(std2 / std1) + (std1 ** 2 + (mean1 - mean2) ** 2) / (2.0 * std2 ** 2) - 0.5
+    log(std2 / std1) + (std1^2 + (mean1 - mean2)^2) / (2 std2^2) - 1/2  per dimension."""
+    kl = torch.log(std2 / std1) + (std1**2 + (mean1 - mean2) ** 2) / (2.0 * std2**2) - 0.5
     return kl.sum(-1)
 
 
@@ -168,7 +181,7 @@ def world_model_loss(obs_pred, obs, reward_pred, rewards, reward_mask, kl_loss, 
 def tanh_log_det_jacobian(u):
     """sum_i log(1 - tanh(u_i)^2) over the last (action) axis, in the stable form
 
-        log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
+    log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
     """
     return (2.0 * (np.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
 
@@ -181,7 +194,7 @@ def sample_squashed(mean, log_std, noise, action_scale, action_bias):
     """
     std = log_std.exp()
     u = mean + std * noise
-    gaussian_logp = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    gaussian_logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
     log_prob = gaussian_logp - tanh_log_det_jacobian(u) - torch.log(action_scale).sum()
     return torch.tanh(u) * action_scale + action_bias, log_prob
 
@@ -242,9 +255,13 @@ def layer_init(layer):
 
 def mlp(in_dim, hidden_size, out_dim):
     """Two ELU hidden layers, a linear output."""
-    return nn.Sequential(layer_init(nn.Linear(in_dim, hidden_size)), nn.ELU(),
-                         layer_init(nn.Linear(hidden_size, hidden_size)), nn.ELU(),
-                         layer_init(nn.Linear(hidden_size, out_dim)))
+    return nn.Sequential(
+        layer_init(nn.Linear(in_dim, hidden_size)),
+        nn.ELU(),
+        layer_init(nn.Linear(hidden_size, hidden_size)),
+        nn.ELU(),
+        layer_init(nn.Linear(hidden_size, out_dim)),
+    )
 
 
 class WorldModel(nn.Module):
@@ -254,8 +271,12 @@ class WorldModel(nn.Module):
 
     def __init__(self, obs_dim, action_dim, deter_size, stoch_size, hidden_size):
         super().__init__()
-        self.encoder = nn.Sequential(layer_init(nn.Linear(obs_dim, hidden_size)), nn.ELU(),
-                                     layer_init(nn.Linear(hidden_size, hidden_size)), nn.ELU())
+        self.encoder = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ELU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ELU(),
+        )
         self.img_in = layer_init(nn.Linear(stoch_size + action_dim, hidden_size))
         self.gru = layer_init(nn.Linear(hidden_size + deter_size, 3 * deter_size))
         self.prior_hidden = layer_init(nn.Linear(deter_size, hidden_size))
@@ -276,7 +297,9 @@ class WorldModel(nn.Module):
     def obs_step(self, h, z, action, embed):
         """(h', prior mean, prior std, posterior mean, posterior std) given the next observation's embedding."""
         h, prior_mean, prior_std = self.img_step(h, z, action)
-        post_mean, post_std = gaussian_stats(self.post_out(F.elu(self.post_hidden(torch.cat([h, embed], -1)))), MIN_STD)
+        post_mean, post_std = gaussian_stats(
+            self.post_out(F.elu(self.post_hidden(torch.cat([h, embed], -1)))), MIN_STD
+        )
         return h, prior_mean, prior_std, post_mean, post_std
 
     def imagine_step(self, h, z, action, noise):
@@ -290,8 +313,12 @@ class Actor(nn.Module):
 
     def __init__(self, feat_dim, action_dim, hidden_size, action_scale, action_bias):
         super().__init__()
-        self.trunk = nn.Sequential(layer_init(nn.Linear(feat_dim, hidden_size)), nn.ELU(),
-                                   layer_init(nn.Linear(hidden_size, hidden_size)), nn.ELU())
+        self.trunk = nn.Sequential(
+            layer_init(nn.Linear(feat_dim, hidden_size)),
+            nn.ELU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ELU(),
+        )
         self.mean = layer_init(nn.Linear(hidden_size, action_dim))
         self.log_std = layer_init(nn.Linear(hidden_size, action_dim))
         self.register_buffer("action_scale", torch.as_tensor(action_scale, dtype=torch.float32))
@@ -335,33 +362,49 @@ def check_args(args):
     if args.horizon < 1:
         raise ValueError(f"horizon = {args.horizon}: imagination needs at least one step")
     if args.free_nats < 0:
-        raise ValueError(f"free_nats = {args.free_nats}: a KL is never negative, so a negative floor means nothing")
+        raise ValueError(
+            f"free_nats = {args.free_nats}: a KL is never negative, so a negative floor means nothing"
+        )
     if not 0.0 <= args.kl_balance <= 1.0:
         raise ValueError(f"kl_balance = {args.kl_balance} is the prior's share of the KL gradient, in [0, 1]")
     if not 0.0 <= args.lambda_ <= 1.0 or not 0.0 < args.gamma <= 1.0:
         raise ValueError(f"lambda_ = {args.lambda_} must be in [0, 1] and gamma = {args.gamma} in (0, 1]")
     if args.batch_size < 1 or args.seq_len < 1:
-        raise ValueError(f"batch_size = {args.batch_size}, seq_len = {args.seq_len}: at least one sequence of one step")
+        raise ValueError(
+            f"batch_size = {args.batch_size}, seq_len = {args.seq_len}: at least one sequence of one step"
+        )
     if args.seed_episodes < 1 or args.train_every < 1 or args.train_steps < 1:
-        raise ValueError(f"seed_episodes = {args.seed_episodes}, train_every = {args.train_every}, train_steps = "
-                         f"{args.train_steps}: each must be at least 1")
+        raise ValueError(
+            f"seed_episodes = {args.seed_episodes}, train_every = {args.train_every}, train_steps = "
+            f"{args.train_steps}: each must be at least 1"
+        )
     if min(args.deter_size, args.stoch_size, args.hidden_size) < 1:
         raise ValueError("deter_size, stoch_size and hidden_size must be positive")
     if args.env_id not in NEVER_TERMINATES:
-        raise ValueError(f"{args.env_id} is not in NEVER_TERMINATES: this script learns no continuation head, so "
-                         f"it only runs environments whose episodes end by the time limit alone")
+        raise ValueError(
+            f"{args.env_id} is not in NEVER_TERMINATES: this script learns no continuation head, so "
+            f"it only runs environments whose episodes end by the time limit alone"
+        )
     env = gym.make(args.env_id)  # env construction only: no step taken
     space, obs_space, limit = env.action_space, env.observation_space, env.spec.max_episode_steps
     env.close()
-    if not isinstance(space, gym.spaces.Box) or not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+    if not isinstance(space, gym.spaces.Box) or not (
+        np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))
+    ):
         raise ValueError(f"{args.env_id} needs Box actions with finite bounds (the tanh squashing)")
     if len(obs_space.shape) != 1:
-        raise ValueError(f"{args.env_id} has observations of shape {obs_space.shape}; this script is for vectors")
+        raise ValueError(
+            f"{args.env_id} has observations of shape {obs_space.shape}; this script is for vectors"
+        )
     if args.seq_len > limit + 1:
-        raise ValueError(f"seq_len = {args.seq_len} is longer than an episode ({limit} steps, {limit + 1} observations)")
+        raise ValueError(
+            f"seq_len = {args.seq_len} is longer than an episode ({limit} steps, {limit + 1} observations)"
+        )
     if args.seed_episodes * limit >= args.total_timesteps:
-        raise ValueError(f"seed_episodes = {args.seed_episodes} ({args.seed_episodes * limit} steps) leaves no update "
-                         f"within total_timesteps = {args.total_timesteps}")
+        raise ValueError(
+            f"seed_episodes = {args.seed_episodes} ({args.seed_episodes * limit} steps) leaves no update "
+            f"within total_timesteps = {args.total_timesteps}"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, deter_size, stoch_size, hidden_size):
@@ -371,8 +414,13 @@ def evaluate(model_path, env_id, eval_episodes, seed, deter_size, stoch_size, hi
     space = env.action_space
     obs_dim, action_dim = int(np.prod(env.observation_space.shape)), int(np.prod(space.shape))
     model = WorldModel(obs_dim, action_dim, deter_size, stoch_size, hidden_size)
-    actor = Actor(deter_size + stoch_size, action_dim, hidden_size, (space.high - space.low) / 2.0,
-                  (space.high + space.low) / 2.0)
+    actor = Actor(
+        deter_size + stoch_size,
+        action_dim,
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     saved = torch.load(model_path, map_location="cpu")
     model.load_state_dict(saved["world_model"])
     actor.load_state_dict(saved["actor"])
@@ -400,8 +448,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environment.
     random.seed(args.seed)
@@ -416,7 +465,9 @@ def train(args: Args) -> dict:
     obs_dim, action_dim = int(np.prod(env.observation_space.shape)), int(np.prod(space.shape))
     feat_dim = args.deter_size + args.stoch_size
     model = WorldModel(obs_dim, action_dim, args.deter_size, args.stoch_size, args.hidden_size)
-    actor = Actor(feat_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor = Actor(
+        feat_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
     critic, critic_target = mlp(feat_dim, args.hidden_size, 1), mlp(feat_dim, args.hidden_size, 1)
     critic_target.load_state_dict(critic.state_dict())
     critic_target.requires_grad_(False)
@@ -436,20 +487,40 @@ def train(args: Args) -> dict:
         """batch_size windows of seq_len steps, each from a random stored episode at a random start."""
         rows = [episodes[i] for i in np.random.randint(0, len(episodes), size=args.batch_size)]
         starts = [np.random.randint(0, len(ep["obs"]) - args.seq_len + 1) for ep in rows]
-        return {k: torch.as_tensor(np.stack([ep[k][s:s + args.seq_len] for ep, s in zip(rows, starts)]), device=device)
-                for k in ("obs", "prev_actions", "rewards", "reward_mask")}
+        return {
+            k: torch.as_tensor(
+                np.stack([ep[k][s : s + args.seq_len] for ep, s in zip(rows, starts)]), device=device
+            )
+            for k in ("obs", "prev_actions", "rewards", "reward_mask")
+        }
 
     def update(batch):
         """One step of the world model, then of the actor and the critic in imagination from its posterior states."""
         # ---- world model: reconstruction + reward + balanced KL with free nats
-        states = observe(model, batch["obs"], batch["prev_actions"],
-                         torch.randn(args.seq_len, args.batch_size, args.stoch_size, device=device))
+        states = observe(
+            model,
+            batch["obs"],
+            batch["prev_actions"],
+            torch.randn(args.seq_len, args.batch_size, args.stoch_size, device=device),
+        )
         feat = torch.cat([states["h"], states["z"]], -1).transpose(0, 1)  # (B, L, feat)
-        kl_loss, kl = kl_balance_loss(states["post_mean"], states["post_std"], states["prior_mean"],
-                                      states["prior_std"], args.kl_balance, args.free_nats)
+        kl_loss, kl = kl_balance_loss(
+            states["post_mean"],
+            states["post_std"],
+            states["prior_mean"],
+            states["prior_std"],
+            args.kl_balance,
+            args.free_nats,
+        )
         model_loss, recon_loss, reward_loss = world_model_loss(
-            model.decoder(feat), batch["obs"], model.reward(feat).squeeze(-1), batch["rewards"],
-            batch["reward_mask"], kl_loss, args.kl_scale)
+            model.decoder(feat),
+            batch["obs"],
+            model.reward(feat).squeeze(-1),
+            batch["rewards"],
+            batch["reward_mask"],
+            kl_loss,
+            args.kl_scale,
+        )
         model_optimizer.zero_grad()
         model_loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
@@ -459,9 +530,14 @@ def train(args: Args) -> dict:
         n = args.batch_size * args.seq_len
         h0 = states["h"].detach().reshape(n, -1)
         z0 = states["z"].detach().reshape(n, -1)
-        feats, log_probs = imagine(model.imagine_step, actor.sample, h0, z0,
-                                   torch.randn(args.horizon, n, args.stoch_size, device=device),
-                                   torch.randn(args.horizon, n, action_dim, device=device))
+        feats, log_probs = imagine(
+            model.imagine_step,
+            actor.sample,
+            h0,
+            z0,
+            torch.randn(args.horizon, n, args.stoch_size, device=device),
+            torch.randn(args.horizon, n, action_dim, device=device),
+        )
         rewards = model.reward(feats[1:]).squeeze(-1)
         values = critic_target(feats[1:]).squeeze(-1)
         discounts = torch.full_like(rewards, args.gamma)  # NEVER_TERMINATES: no continuation head
@@ -482,18 +558,30 @@ def train(args: Args) -> dict:
         nn.utils.clip_grad_norm_(critic.parameters(), args.grad_clip)
         critic_optimizer.step()
         with torch.no_grad():
-            torch._foreach_lerp_(target_params, critic_params, args.critic_tau)  # slow += tau * (online - slow)
-        return {"model_loss": model_loss.item(), "recon_loss": recon_loss.item(), "reward_loss": reward_loss.item(),
-                "kl": kl.item(), "actor_loss": actor_loss.item(), "critic_loss": critic_loss.item(),
-                "imagined_return": returns[0].mean().item(), "entropy": -log_probs.mean().item()}
+            torch._foreach_lerp_(
+                target_params, critic_params, args.critic_tau
+            )  # slow += tau * (online - slow)
+        return {
+            "model_loss": model_loss.item(),
+            "recon_loss": recon_loss.item(),
+            "reward_loss": reward_loss.item(),
+            "kl": kl.item(),
+            "actor_loss": actor_loss.item(),
+            "critic_loss": critic_loss.item(),
+            "imagined_return": returns[0].mean().item(),
+            "entropy": -log_probs.mean().item(),
+        }
 
     learning_starts = args.seed_episodes * env.spec.max_episode_steps
     episode_returns, recent, losses, last_print = [], [], {}, 0.0
     start_time = time.time()
     obs, _ = env.reset(seed=args.seed)
     ep = {"obs": [obs], "prev_actions": [np.zeros(action_dim)], "rewards": [0.0], "reward_mask": [0.0]}
-    h, z, action = (torch.zeros(1, args.deter_size, device=device), torch.zeros(1, args.stoch_size, device=device),
-                    torch.zeros(1, action_dim, device=device))
+    h, z, action = (
+        torch.zeros(1, args.deter_size, device=device),
+        torch.zeros(1, args.stoch_size, device=device),
+        torch.zeros(1, action_dim, device=device),
+    )
 
     for global_step in range(1, args.total_timesteps + 1):
         # ---- act: random for the seed episodes, then a sample of the policy on the filtered state
@@ -517,9 +605,17 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/episodic_return", episode_returns[-1][1], global_step)
             writer.add_scalar("charts/episodic_length", len(ep["rewards"]) - 1, global_step)
             obs, _ = env.reset()
-            ep = {"obs": [obs], "prev_actions": [np.zeros(action_dim)], "rewards": [0.0], "reward_mask": [0.0]}
-            h, z, action = (torch.zeros(1, args.deter_size, device=device), torch.zeros(1, args.stoch_size, device=device),
-                    torch.zeros(1, action_dim, device=device))
+            ep = {
+                "obs": [obs],
+                "prev_actions": [np.zeros(action_dim)],
+                "rewards": [0.0],
+                "reward_mask": [0.0],
+            }
+            h, z, action = (
+                torch.zeros(1, args.deter_size, device=device),
+                torch.zeros(1, args.stoch_size, device=device),
+                torch.zeros(1, action_dim, device=device),
+            )
 
         # ---- train_steps updates every train_every steps after the seed episodes
         if global_step > learning_starts and global_step % args.train_every == 0:
@@ -534,8 +630,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or global_step == args.total_timesteps):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
-                      f"kl {losses.get('kl', float('nan')):.2f}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
+                    f"kl {losses.get('kl', float('nan')):.2f}  SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -552,10 +653,19 @@ def train(args: Args) -> dict:
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
-        torch.save({"world_model": model.state_dict(), "actor": actor.state_dict(), "critic": critic.state_dict()},
-                   model_path)
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.deter_size,
-                                args.stoch_size, args.hidden_size)
+        torch.save(
+            {"world_model": model.state_dict(), "actor": actor.state_dict(), "critic": critic.state_dict()},
+            model_path,
+        )
+        eval_returns = evaluate(
+            model_path,
+            args.env_id,
+            args.eval_episodes,
+            args.seed + 10_000,
+            args.deter_size,
+            args.stoch_size,
+            args.hidden_size,
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

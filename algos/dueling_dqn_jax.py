@@ -22,6 +22,7 @@ live (tests/unit/test_advantage_learning.py); --al-alpha 0 gives the plain DQN t
 earlier defaults' runs bit for bit.
 Reproduce: python algos/dueling_dqn_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -95,8 +96,14 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=1500, learning_starts=500, target_network_frequency=100, tau=0.5,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=1500,
+    learning_starts=500,
+    target_network_frequency=100,
+    tau=0.5,
+    save_model=True,
+    eval_episodes=2,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -115,7 +122,7 @@ def n_step_transition(window, gamma):
     target. Plain python, the same in both twins."""
     ret = 0.0
     for t, (_, _, reward, _, _) in enumerate(window):
-        ret += gamma ** t * float(reward)
+        ret += gamma**t * float(reward)
     _, _, _, next_obs, terminated = window[-1]
     return window[0][0], window[0][1], ret, next_obs, float(terminated), gamma ** len(window)
 
@@ -148,7 +155,9 @@ def advantage_learning_target(targets, q_target_obs, actions, alpha):
     action's value settles below Q*'s, with V(s) - Q(s, a) = (V*(s) - Q*(s, a)) / (1 - alpha): every
     action gap multiplied by 1 / (1 - alpha). q_target_obs: (B, A) target-network values at s;
     actions: (B,) the taken actions. alpha = 0 gives y back."""
-    return targets - alpha * (q_target_obs.max(axis=-1) - jnp.take_along_axis(q_target_obs, actions[:, None], axis=-1).squeeze(-1))
+    return targets - alpha * (
+        q_target_obs.max(axis=-1) - jnp.take_along_axis(q_target_obs, actions[:, None], axis=-1).squeeze(-1)
+    )
 
 
 def td_loss(q_taken, targets):
@@ -156,7 +165,7 @@ def td_loss(q_taken, targets):
     linear for large ones, so one surprising transition cannot produce a huge gradient."""
     error = q_taken - targets
     abs_error = jnp.abs(error)
-    return jnp.where(abs_error < 1.0, 0.5 * error ** 2, abs_error - 0.5).mean()
+    return jnp.where(abs_error < 1.0, 0.5 * error**2, abs_error - 0.5).mean()
 
 
 def count_gradient_steps(total_timesteps, num_envs, learning_starts, train_frequency):
@@ -169,13 +178,15 @@ def count_gradient_steps(total_timesteps, num_envs, learning_starts, train_frequ
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class QNetwork(nn.Module):
     """128-128 ReLU trunk, LayerNorm before each hidden ReLU (unless layer_norm is False), then a
     value head V(s) and an advantage head A(s, a), aggregated into one Q-value per action."""
+
     num_actions: int
     layer_norm: bool = True
 
@@ -198,10 +209,12 @@ def exploration_draws(num_steps, num_envs, num_actions, key):
     coin < epsilon, decided on the host) and a uniform random action. Why in blocks: drawn one step
     at a time, inside the jitted act, the threefry draws cost more than the forward pass
     (docs/algorithms/dqn.md, Speed). Returns (coins, random_actions, key), each (num_steps, num_envs)."""
+
     def one_step(key, _):
         key, explore_key, action_key = jax.random.split(key, 3)
         coins = jax.random.uniform(explore_key, (num_envs,))
         return key, (coins, jax.random.randint(action_key, (num_envs,), 0, num_actions))
+
     key, (coins, random_actions) = jax.lax.scan(one_step, key, None, length=num_steps)
     return coins, random_actions, key
 
@@ -216,8 +229,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -236,11 +253,15 @@ def check_args(args):
     if args.batch_size > args.buffer_size:
         raise ValueError(f"batch_size = {args.batch_size} is larger than buffer_size = {args.buffer_size}")
     if args.learning_starts < args.batch_size:
-        raise ValueError(f"learning_starts = {args.learning_starts} is less than one batch "
-                         f"(batch_size = {args.batch_size})")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} is less than one batch "
+            f"(batch_size = {args.batch_size})"
+        )
     if args.total_timesteps <= args.learning_starts:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} leaves no training after "
-                         f"learning_starts = {args.learning_starts}")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} leaves no training after "
+            f"learning_starts = {args.learning_starts}"
+        )
     if args.n_step < 1:
         raise ValueError(f"n_step = {args.n_step} must be >= 1 (1 is the one-step target)")
     if not 0.0 < args.tau <= 1.0:
@@ -249,9 +270,11 @@ def check_args(args):
         raise ValueError(f"al_alpha = {args.al_alpha} must be in [0, 1) (0 is the DQN target)")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/sac_jax.py, "
-                         f"algos/td3_jax.py or algos/ddpg_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/sac_jax.py, "
+            f"algos/td3_jax.py or algos/ddpg_jax.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, layer_norm):
@@ -280,13 +303,15 @@ def evaluate(model_path, env_id, eval_episodes, seed, layer_norm):
 def train(args: Args) -> dict:
     check_args(args)
     num_iterations = args.total_timesteps // args.num_envs
-    num_gradient_steps = count_gradient_steps(args.total_timesteps, args.num_envs, args.learning_starts,
-                                              args.train_frequency)
+    num_gradient_steps = count_gradient_steps(
+        args.total_timesteps, args.num_envs, args.learning_starts, args.train_frequency
+    )
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -308,15 +333,20 @@ def train(args: Args) -> dict:
     params = q_network.init(init_key, jnp.zeros((1, obs_dim)))
     target_params = params
     # the step size: constant, or linear from learning_rate to 0 over the gradient steps (anneal_lr)
-    learning_rate = (optax.linear_schedule(args.learning_rate, 0.0, max(num_gradient_steps, 1))
-                     if args.anneal_lr else args.learning_rate)
+    learning_rate = (
+        optax.linear_schedule(args.learning_rate, 0.0, max(num_gradient_steps, 1))
+        if args.anneal_lr
+        else args.learning_rate
+    )
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate))
     opt_state = optimizer.init(params)
 
     def loss_fn(params, target_params, obs, actions, rewards, next_obs, dones, discounts):
         targets = max_q_target(q_network.apply(target_params, next_obs), rewards, dones, discounts)
         if args.al_alpha > 0.0:  # advantage learning (alpha 0.9 by default; --al-alpha 0 skips it)
-            targets = advantage_learning_target(targets, q_network.apply(target_params, obs), actions, args.al_alpha)
+            targets = advantage_learning_target(
+                targets, q_network.apply(target_params, obs), actions, args.al_alpha
+            )
         q_taken = jnp.take_along_axis(q_network.apply(params, obs), actions[:, None], axis=-1).squeeze(-1)
         return td_loss(q_taken, jax.lax.stop_gradient(targets)), q_taken.mean()
 
@@ -327,7 +357,9 @@ def train(args: Args) -> dict:
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, q_mean
 
-    soft_update = jax.jit(lambda params, target_params: optax.incremental_update(params, target_params, args.tau))
+    soft_update = jax.jit(
+        lambda params, target_params: optax.incremental_update(params, target_params, args.tau)
+    )
 
     # buffers on the host; each sampled batch moves to the device
     # Replay buffer: a ring of preallocated arrays of n-step transitions. next_obs holds the true
@@ -352,14 +384,17 @@ def train(args: Args) -> dict:
 
     for iteration in range(1, num_iterations + 1):
         global_step += args.num_envs
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
-                                  global_step)
+        epsilon = linear_schedule(
+            args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
+        )
         if global_step <= args.learning_starts:
             epsilon = 1.0  # uniform-random warm-up fills the buffer
         # ---- act: epsilon-greedy, its coins and random actions drawn a block of steps at a time
         j = (iteration - 1) % EXPLORATION_BLOCK
         if j == 0:
-            coins, random_actions, key = exploration_draws(EXPLORATION_BLOCK, args.num_envs, q_network.num_actions, key)
+            coins, random_actions, key = exploration_draws(
+                EXPLORATION_BLOCK, args.num_envs, q_network.num_actions, key
+            )
             coins, random_actions = np.asarray(coins), np.asarray(random_actions)
         explore = coins[j] < epsilon
         action = random_actions[j]
@@ -378,8 +413,14 @@ def train(args: Args) -> dict:
             # a full window gives one n-step transition; at an episode's end every shorter tail does too
             while len(windows[i]) == args.n_step or (ended and windows[i]):
                 transition = n_step_transition(windows[i], args.gamma)
-                (obs_rb[rb_pos], actions_rb[rb_pos], rewards_rb[rb_pos], next_obs_rb[rb_pos],
-                 dones_rb[rb_pos], discounts_rb[rb_pos]) = transition
+                (
+                    obs_rb[rb_pos],
+                    actions_rb[rb_pos],
+                    rewards_rb[rb_pos],
+                    next_obs_rb[rb_pos],
+                    dones_rb[rb_pos],
+                    discounts_rb[rb_pos],
+                ) = transition
                 rb_pos, rb_size = (rb_pos + 1) % args.buffer_size, min(rb_size + 1, args.buffer_size)
                 windows[i].pop(0)
         obs = next_obs
@@ -395,9 +436,17 @@ def train(args: Args) -> dict:
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b = rng.integers(0, rb_size, args.batch_size)
-                params, opt_state, loss, q_mean = update(params, target_params, opt_state, obs_rb[b], actions_rb[b],
-                                                         rewards_rb[b], next_obs_rb[b], dones_rb[b],
-                                                         discounts_rb[b])
+                params, opt_state, loss, q_mean = update(
+                    params,
+                    target_params,
+                    opt_state,
+                    obs_rb[b],
+                    actions_rb[b],
+                    rewards_rb[b],
+                    next_obs_rb[b],
+                    dones_rb[b],
+                    discounts_rb[b],
+                )
                 num_updates += 1
                 if num_updates % 100 == 0:
                     losses = {"td_loss": float(loss), "q_values": float(q_mean)}
@@ -415,8 +464,13 @@ def train(args: Args) -> dict:
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
             sps = int(global_step / (time.time() - start_time))
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -439,8 +493,9 @@ def train(args: Args) -> dict:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
             f.write(flax.serialization.to_bytes(params))
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000,
-                                layer_norm=args.layer_norm)
+        eval_returns = evaluate(
+            model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000, layer_norm=args.layer_norm
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

@@ -20,6 +20,7 @@ live (tests/unit/test_advantage_learning.py); --al-alpha 0 gives the plain DQN t
 earlier defaults' runs bit for bit.
 Reproduce: python algos/dueling_dqn_torch.py --seed 1
 """
+
 import copy
 import os
 import random
@@ -90,8 +91,14 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=1500, learning_starts=500, target_network_frequency=100, tau=0.5,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=1500,
+    learning_starts=500,
+    target_network_frequency=100,
+    tau=0.5,
+    save_model=True,
+    eval_episodes=2,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -110,7 +117,7 @@ def n_step_transition(window, gamma):
     target. Plain python, the same in both twins."""
     ret = 0.0
     for t, (_, _, reward, _, _) in enumerate(window):
-        ret += gamma ** t * float(reward)
+        ret += gamma**t * float(reward)
     _, _, _, next_obs, terminated = window[-1]
     return window[0][0], window[0][1], ret, next_obs, float(terminated), gamma ** len(window)
 
@@ -143,7 +150,9 @@ def advantage_learning_target(targets, q_target_obs, actions, alpha):
     action's value settles below Q*'s, with V(s) - Q(s, a) = (V*(s) - Q*(s, a)) / (1 - alpha): every
     action gap multiplied by 1 / (1 - alpha). q_target_obs: (B, A) target-network values at s;
     actions: (B,) the taken actions. alpha = 0 gives y back."""
-    return targets - alpha * (q_target_obs.max(1).values - q_target_obs.gather(1, actions.unsqueeze(1)).squeeze(1))
+    return targets - alpha * (
+        q_target_obs.max(1).values - q_target_obs.gather(1, actions.unsqueeze(1)).squeeze(1)
+    )
 
 
 def td_loss(q_taken, targets):
@@ -151,7 +160,7 @@ def td_loss(q_taken, targets):
     linear for large ones, so one surprising transition cannot produce a huge gradient."""
     error = q_taken - targets
     abs_error = error.abs()
-    return torch.where(abs_error < 1.0, 0.5 * error ** 2, abs_error - 0.5).mean()
+    return torch.where(abs_error < 1.0, 0.5 * error**2, abs_error - 0.5).mean()
 
 
 def count_gradient_steps(total_timesteps, num_envs, learning_starts, train_frequency):
@@ -179,8 +188,12 @@ class QNetwork(nn.Module):
         # LayerNorm (eps 1e-6, flax's default) before each hidden ReLU; nn.Identity without it
         norm = lambda: nn.LayerNorm(128, eps=1e-6) if layer_norm else nn.Identity()
         self.trunk = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 128)), norm(), nn.ReLU(),
-            layer_init(nn.Linear(128, 128)), norm(), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, 128)),
+            norm(),
+            nn.ReLU(),
+            layer_init(nn.Linear(128, 128)),
+            norm(),
+            nn.ReLU(),
         )
         self.value = layer_init(nn.Linear(128, 1), std=1.0)
         self.advantage = layer_init(nn.Linear(128, num_actions), std=1.0)
@@ -203,8 +216,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -223,11 +240,15 @@ def check_args(args):
     if args.batch_size > args.buffer_size:
         raise ValueError(f"batch_size = {args.batch_size} is larger than buffer_size = {args.buffer_size}")
     if args.learning_starts < args.batch_size:
-        raise ValueError(f"learning_starts = {args.learning_starts} is less than one batch "
-                         f"(batch_size = {args.batch_size})")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} is less than one batch "
+            f"(batch_size = {args.batch_size})"
+        )
     if args.total_timesteps <= args.learning_starts:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} leaves no training after "
-                         f"learning_starts = {args.learning_starts}")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} leaves no training after "
+            f"learning_starts = {args.learning_starts}"
+        )
     if args.n_step < 1:
         raise ValueError(f"n_step = {args.n_step} must be >= 1 (1 is the one-step target)")
     if not 0.0 < args.tau <= 1.0:
@@ -236,15 +257,19 @@ def check_args(args):
         raise ValueError(f"al_alpha = {args.al_alpha} must be in [0, 1) (0 is the DQN target)")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/sac_torch.py, "
-                         f"algos/td3_torch.py or algos/ddpg_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/sac_torch.py, "
+            f"algos/td3_torch.py or algos/ddpg_torch.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, layer_norm):
     """Load the saved parameters into a fresh network; run the greedy (argmax) policy."""
     env = gym.make(env_id)
-    q_network = QNetwork(int(np.prod(env.observation_space.shape)), int(env.action_space.n), layer_norm=layer_norm)
+    q_network = QNetwork(
+        int(np.prod(env.observation_space.shape)), int(env.action_space.n), layer_norm=layer_norm
+    )
     q_network.load_state_dict(torch.load(model_path, map_location="cpu"))
     returns = []
     for episode in range(eval_episodes):
@@ -265,13 +290,15 @@ def evaluate(model_path, env_id, eval_episodes, seed, layer_norm):
 def train(args: Args) -> dict:
     check_args(args)
     num_iterations = args.total_timesteps // args.num_envs
-    num_gradient_steps = count_gradient_steps(args.total_timesteps, args.num_envs, args.learning_starts,
-                                              args.train_frequency)
+    num_gradient_steps = count_gradient_steps(
+        args.total_timesteps, args.num_envs, args.learning_starts, args.train_frequency
+    )
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -310,8 +337,9 @@ def train(args: Args) -> dict:
 
     for iteration in range(1, num_iterations + 1):
         global_step += args.num_envs
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
-                                  global_step)
+        epsilon = linear_schedule(
+            args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
+        )
         if global_step <= args.learning_starts:
             epsilon = 1.0  # uniform-random warm-up fills the buffer
         action = q_network.act(torch.as_tensor(obs, device=device), epsilon).cpu().numpy()
@@ -328,8 +356,14 @@ def train(args: Args) -> dict:
             # a full window gives one n-step transition; at an episode's end every shorter tail does too
             while len(windows[i]) == args.n_step or (ended and windows[i]):
                 transition = n_step_transition(windows[i], args.gamma)
-                (obs_rb[rb_pos], actions_rb[rb_pos], rewards_rb[rb_pos], next_obs_rb[rb_pos],
-                 dones_rb[rb_pos], discounts_rb[rb_pos]) = transition
+                (
+                    obs_rb[rb_pos],
+                    actions_rb[rb_pos],
+                    rewards_rb[rb_pos],
+                    next_obs_rb[rb_pos],
+                    dones_rb[rb_pos],
+                    discounts_rb[rb_pos],
+                ) = transition
                 rb_pos, rb_size = (rb_pos + 1) % args.buffer_size, min(rb_size + 1, args.buffer_size)
                 windows[i].pop(0)
         obs = next_obs
@@ -345,17 +379,28 @@ def train(args: Args) -> dict:
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b = rng.integers(0, rb_size, args.batch_size)
-                b_obs, b_next_obs = torch.as_tensor(obs_rb[b], device=device), torch.as_tensor(next_obs_rb[b], device=device)
-                b_actions, b_rewards, b_dones, b_discounts = (torch.as_tensor(x[b], device=device) for x in
-                                                              (actions_rb, rewards_rb, dones_rb, discounts_rb))
+                b_obs, b_next_obs = (
+                    torch.as_tensor(obs_rb[b], device=device),
+                    torch.as_tensor(next_obs_rb[b], device=device),
+                )
+                b_actions, b_rewards, b_dones, b_discounts = (
+                    torch.as_tensor(x[b], device=device)
+                    for x in (actions_rb, rewards_rb, dones_rb, discounts_rb)
+                )
                 with torch.no_grad():
                     targets = max_q_target(target_network(b_next_obs), b_rewards, b_dones, b_discounts)
-                    if args.al_alpha > 0.0:  # advantage learning (alpha 0.9 by default; --al-alpha 0 skips it)
-                        targets = advantage_learning_target(targets, target_network(b_obs), b_actions, args.al_alpha)
+                    if (
+                        args.al_alpha > 0.0
+                    ):  # advantage learning (alpha 0.9 by default; --al-alpha 0 skips it)
+                        targets = advantage_learning_target(
+                            targets, target_network(b_obs), b_actions, args.al_alpha
+                        )
                 q_taken = q_network(b_obs).gather(1, b_actions.unsqueeze(1)).squeeze(1)
                 loss = td_loss(q_taken, targets)
                 if args.anneal_lr:  # linear from learning_rate to 0 over the gradient steps (optax.linear_schedule in the JAX twin)
-                    optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - num_updates / max(num_gradient_steps, 1))
+                    optimizer.param_groups[0]["lr"] = args.learning_rate * (
+                        1.0 - num_updates / max(num_gradient_steps, 1)
+                    )
                 optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
@@ -379,8 +424,13 @@ def train(args: Args) -> dict:
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
             sps = int(global_step / (time.time() - start_time))
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -402,8 +452,9 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
         torch.save(q_network.state_dict(), model_path)
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000,
-                                layer_norm=args.layer_norm)
+        eval_returns = evaluate(
+            model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000, layer_norm=args.layer_norm
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

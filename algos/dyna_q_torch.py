@@ -27,6 +27,7 @@ policy first leads from start to goal in episode 2 or 3 on seeds 1-10 (both twin
 20-36 with n = 0; Dyna-Q+ (kappa 1e-3) finds the shortcut maze's shortcut on seeds 1-5, Dyna-Q on none.
 Reproduce: python algos/dyna_q_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -34,11 +35,12 @@ import time
 from dataclasses import asdict, dataclass
 
 import gymnasium as gym
-import mazes
 import numpy as np
 import torch
 import tyro
 from torch.utils.tensorboard import SummaryWriter
+
+import mazes
 
 
 @dataclass
@@ -75,8 +77,14 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(env_id="BlockingMaze-v0", total_timesteps=1000, planning_steps=5, change_at=400, save_model=True,
-                  eval_episodes=2)
+SMOKE_ARGS = dict(
+    env_id="BlockingMaze-v0",
+    total_timesteps=1000,
+    planning_steps=5,
+    change_at=400,
+    save_model=True,
+    eval_episodes=2,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -93,11 +101,15 @@ def new_model(num_states, num_actions):
     """An empty deterministic model. Every (s, a) starts as a self-loop with reward 0 (the model
     Dyna-Q+ assumes for an action never tried) and unknown; last_tried is the real step of the
     last try (0: never)."""
-    return {"reward": torch.zeros((num_states, num_actions)),
-            "next_state": torch.arange(num_states).repeat_interleave(num_actions).reshape(num_states, num_actions),
-            "terminated": torch.zeros((num_states, num_actions)),
-            "last_tried": torch.zeros((num_states, num_actions), dtype=torch.int64),
-            "known": torch.zeros((num_states, num_actions), dtype=torch.bool)}
+    return {
+        "reward": torch.zeros((num_states, num_actions)),
+        "next_state": torch.arange(num_states)
+        .repeat_interleave(num_actions)
+        .reshape(num_states, num_actions),
+        "terminated": torch.zeros((num_states, num_actions)),
+        "last_tried": torch.zeros((num_states, num_actions), dtype=torch.int64),
+        "known": torch.zeros((num_states, num_actions), dtype=torch.bool),
+    }
 
 
 def model_update(model, s, a, r, s_next, done, t, add_untried):
@@ -123,8 +135,9 @@ def planning_updates(q, model, states, actions, alpha, gamma, kappa, t):
     rewards = model["reward"][states, actions] + kappa * tau.sqrt()
     next_states = model["next_state"][states, actions]
     dones = model["terminated"][states, actions]
-    for s, a, r, s_next, done in zip(states.tolist(), actions.tolist(), rewards.tolist(), next_states.tolist(),
-                                     dones.tolist()):
+    for s, a, r, s_next, done in zip(
+        states.tolist(), actions.tolist(), rewards.tolist(), next_states.tolist(), dones.tolist()
+    ):
         q, _ = q_update(q, s, a, r, s_next, done, alpha, gamma)
     return q
 
@@ -163,8 +176,10 @@ def make_env(env_id, **kwargs):
 def check_args(args):
     """Bad input stops here, before any run directory is written."""
     if args.planning_steps < 0:
-        raise ValueError(f"planning_steps = {args.planning_steps}: the number of planning updates per real "
-                         f"step must be >= 0 (0 is one-step Q-learning)")
+        raise ValueError(
+            f"planning_steps = {args.planning_steps}: the number of planning updates per real "
+            f"step must be >= 0 (0 is one-step Q-learning)"
+        )
     if not 0.0 < args.learning_rate <= 1.0:
         raise ValueError(f"learning_rate = {args.learning_rate}: the step size must be in (0, 1]")
     if not 0.0 <= args.gamma <= 1.0:
@@ -176,15 +191,21 @@ def check_args(args):
     if args.total_timesteps < 1:
         raise ValueError(f"total_timesteps = {args.total_timesteps}: at least one real step")
     if args.change_at is not None and (args.env_id not in mazes.CHANGING_MAZES or args.change_at < 0):
-        raise ValueError(f"change_at = {args.change_at}: only {' and '.join(mazes.CHANGING_MAZES)} change "
-                         f"their wall, at a step >= 0")
+        raise ValueError(
+            f"change_at = {args.change_at}: only {' and '.join(mazes.CHANGING_MAZES)} change "
+            f"their wall, at a step >= 0"
+        )
     env = make_env(args.env_id)  # env construction only: no step taken
     if not isinstance(env.action_space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(env.action_space).__name__} action space; tabular "
-                         f"Dyna-Q needs Discrete actions. For continuous actions use algos/ppo_continuous_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(env.action_space).__name__} action space; tabular "
+            f"Dyna-Q needs Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+        )
     if not isinstance(env.observation_space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(env.observation_space).__name__} observation space; "
-                         f"a table needs Discrete states. With function approximation use algos/dqn_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(env.observation_space).__name__} observation space; "
+            f"a table needs Discrete states. With function approximation use algos/dqn_torch.py"
+        )
     env.close()
 
 
@@ -218,8 +239,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environment.
     random.seed(args.seed)
@@ -259,7 +281,9 @@ def train(args: Args) -> dict:
         ep_return += float(reward)
         ep_length += 1
         # The model and the target keep `terminated` only: a truncation (a time limit) is no part of the task.
-        Q, model, td = learn(Q, model, state, action, float(reward), next_state, float(terminated), global_step)
+        Q, model, td = learn(
+            Q, model, state, action, float(reward), next_state, float(terminated), global_step
+        )
         td_sum, td_count = td_sum + abs(float(td)), td_count + 1
         state = next_state
 
@@ -296,8 +320,13 @@ def train(args: Args) -> dict:
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
                 mean_length = np.mean(steps_per_episode[-20:]) if steps_per_episode else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.3f}  "
-                      f"steps/episode(20) {mean_length:7.1f}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.3f}  "
+                    f"steps/episode(20) {mean_length:7.1f}  SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
     wall_time = time.time() - start_time
@@ -319,22 +348,30 @@ def train(args: Args) -> dict:
     if maze is not None:
         greedy_length = maze.policy_path_length(greedy.numpy())
         path, optimal = milestones[0]["path"], milestones[0]["optimal"]
-        summary.update(shortest_path_length=shortest[0],
-                       steps_to_greedy_path=path and path[0], episodes_to_greedy_path=path and path[1],
-                       steps_to_optimal=optimal and optimal[0], episodes_to_optimal=optimal and optimal[1],
-                       greedy_path_length=greedy_length,
-                       path_optimality=maze.shortest_path_length() / greedy_length if greedy_length else 0.0)
+        summary.update(
+            shortest_path_length=shortest[0],
+            steps_to_greedy_path=path and path[0],
+            episodes_to_greedy_path=path and path[1],
+            steps_to_optimal=optimal and optimal[0],
+            episodes_to_optimal=optimal and optimal[1],
+            greedy_path_length=greedy_length,
+            path_optimality=maze.shortest_path_length() / greedy_length if greedy_length else 0.0,
+        )
         if shortest[1] is not None:  # the walls changed during the run: counted from the change
             path, optimal = milestones[1]["path"], milestones[1]["optimal"]
-            summary.update(changed_shortest_path_length=shortest[1],
-                           steps_to_greedy_path_after_change=path and path[0] - maze.change_at,
-                           steps_to_optimal_after_change=optimal and optimal[0] - maze.change_at)
+            summary.update(
+                changed_shortest_path_length=shortest[1],
+                steps_to_greedy_path_after_change=path and path[0] - maze.change_at,
+                steps_to_optimal_after_change=optimal and optimal[0] - maze.change_at,
+            )
         writer.add_scalar("charts/path_optimality", summary["path_optimality"], global_step)
     env.close()
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
         torch.save({"q": Q}, model_path)
-        final_layout = {} if maze is None or maze.change_at is None else {"change_at": 0 if maze.changed else None}
+        final_layout = (
+            {} if maze is None or maze.change_at is None else {"change_at": 0 if maze.changed else None}
+        )
         eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, final_layout)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)

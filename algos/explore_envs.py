@@ -54,6 +54,7 @@ Importing this module registers, for every size N in 1..64, `DeepSea{N}-v0`,
 keyword arguments override `mapping_seed`, `tv_channels`, `tv_noise`, `tv_fills_view`).
 MountainCar-v0 is gymnasium's own.
 """
+
 import re
 
 import gymnasium as gym
@@ -64,10 +65,10 @@ MAX_SIZE = 64
 VARIANTS = {  # id prefix -> DeepSeaEnv keyword arguments
     "DeepSea": {},
     "DeepSeaStochastic": {"deterministic": False},
-    "NoisyTVDeepSea": {"noisy_tv": True},                                         # 8 screens beside the position
-    "NoisyTVFullDeepSea": {"noisy_tv": True, "tv_fills_view": True},              # 8 screens filling the view
-    "NoisyTVUniformDeepSea": {"noisy_tv": True, "tv_noise": "uniform"},           # U(0, 1) noise beside the position
-    "NoisyTVOneScreenDeepSea": {"noisy_tv": True, "tv_channels": 1},              # the control: one fixed screen
+    "NoisyTVDeepSea": {"noisy_tv": True},  # 8 screens beside the position
+    "NoisyTVFullDeepSea": {"noisy_tv": True, "tv_fills_view": True},  # 8 screens filling the view
+    "NoisyTVUniformDeepSea": {"noisy_tv": True, "tv_noise": "uniform"},  # U(0, 1) noise beside the position
+    "NoisyTVOneScreenDeepSea": {"noisy_tv": True, "tv_channels": 1},  # the control: one fixed screen
 }
 ID_PATTERN = re.compile(r"^(" + "|".join(VARIANTS) + r")(\d+)-v0$")
 
@@ -87,9 +88,16 @@ class DeepSeaEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, size: int = 10, deterministic: bool = True, mapping_seed: int = 0,
-                 noisy_tv: bool = False, tv_channels: int = 8, tv_noise: str = "screens",
-                 tv_fills_view: bool = False):
+    def __init__(
+        self,
+        size: int = 10,
+        deterministic: bool = True,
+        mapping_seed: int = 0,
+        noisy_tv: bool = False,
+        tv_channels: int = 8,
+        tv_noise: str = "screens",
+        tv_fills_view: bool = False,
+    ):
         if size < 1:
             raise ValueError(f"DeepSea size N = {size}: it must be at least 1")
         if noisy_tv and tv_channels < 1:
@@ -113,7 +121,7 @@ class DeepSeaEnv(gym.Env):
         tv_on = self.tv_image.any()
         if self.row < self.size and not (self.tv_fills_view and tv_on):  # a full-view TV hides the cell
             obs[self.row * self.size + self.col] = 1.0
-        obs[self.size * self.size:] = self.tv_image
+        obs[self.size * self.size :] = self.tv_image
         return obs
 
     def reset(self, *, seed=None, options=None):

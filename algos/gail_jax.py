@@ -23,6 +23,7 @@ learner's actions agree with the expert's on 79-90% of its states (expert_agreem
 64-75% with a frozen random discriminator, which reaches 500 too on 2 of 3 seeds (survival bias).
 Reproduce: python algos/gail_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -102,8 +103,16 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=2048, num_envs=4, num_steps=128, expert_episodes=2,
-                  disc_steps=2, disc_batch_size=64, save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=2048,
+    num_envs=4,
+    num_steps=128,
+    expert_episodes=2,
+    disc_steps=2,
+    disc_batch_size=64,
+    save_model=True,
+    eval_episodes=2,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -126,8 +135,9 @@ def compute_gae(rewards, values, dones, last_value, gamma, lam):
         advantage = delta + gamma * lam * not_done * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value),
-                                 (rewards, values, next_values, dones), reverse=True)
+    _, advantages = jax.lax.scan(
+        step, jnp.zeros_like(last_value), (rewards, values, next_values, dones), reverse=True
+    )
     return advantages, advantages + values
 
 
@@ -175,12 +185,14 @@ def gail_reward(logits):
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MLP(nn.Module):
     """64-64 tanh trunk and a linear head; the actor, the critic and the discriminator are three MLPs."""
+
     out_dim: int
     head_std: float
 
@@ -230,6 +242,7 @@ class Agent:
 class Discriminator(nn.Module):
     """64-64 tanh MLP on (observation, one-hot action) -> one logit; D = sigmoid(logit) is the
     probability that the pair is the learner's (label 1), not the expert's (label 0)."""
+
     num_actions: int
 
     @nn.compact
@@ -241,19 +254,27 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is stepped or any run directory is written."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     for name in ("disc_steps", "disc_batch_size"):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
@@ -263,9 +284,11 @@ def check_args(args):
         raise ValueError(f"unknown dataset {args.dataset!r}; valid: {', '.join(offline_data.DATASETS)}")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions and there is no continuous-action GAIL script here "
-                         f"(algos/ppo_continuous_jax.py is the PPO one would build it on)")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions and there is no continuous-action GAIL script here "
+            f"(algos/ppo_continuous_jax.py is the PPO one would build it on)"
+        )
     data_env = offline_data.dataset_info(args.dataset)["env_id"]
     if data_env != args.env_id:
         raise ValueError(f"dataset {args.dataset!r} was collected on {data_env}, not {args.env_id}")
@@ -276,7 +299,9 @@ def load_expert_pairs(dataset, expert_episodes):
     data = offline_data.load_dataset(dataset)
     bounds = offline_data.episode_bounds(data)
     if expert_episodes > len(bounds):
-        raise ValueError(f"expert_episodes = {expert_episodes} but {dataset} holds {len(bounds)} trajectories")
+        raise ValueError(
+            f"expert_episodes = {expert_episodes} but {dataset} holds {len(bounds)} trajectories"
+        )
     end = bounds[expert_episodes - 1][1] if expert_episodes else len(data["actions"])
     return data["observations"][:end].astype(np.float32), data["actions"][:end].astype(np.int64)
 
@@ -312,8 +337,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -332,11 +358,15 @@ def train(args: Args) -> dict:
     updates_per_iteration = args.update_epochs * args.num_minibatches
     if args.anneal_lr:
         # The same per-iteration staircase as the torch twin: lr * (1 - (iteration - 1) / iterations).
-        schedule = lambda count: args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        schedule = lambda count: (
+            args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        )
     else:
         schedule = args.learning_rate
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm),
-                            optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5),
+    )
     opt_state = optimizer.init(params)
     disc = Discriminator(num_actions)
     disc_params = disc.init(disc_key, jnp.zeros((1, obs_dim)), jnp.zeros((1,), dtype=jnp.int32))
@@ -352,28 +382,37 @@ def train(args: Args) -> dict:
         expert_logits = disc.apply(disc_params, expert_obs, expert_actions)
         d_loss = discriminator_loss(learner_logits, expert_logits)
         # accuracy on each set: learner pairs called learner (D > 0.5), expert pairs called expert
-        stats = {"disc_loss": d_loss, "disc_learner_acc": (learner_logits > 0).mean(),
-                 "disc_expert_acc": (expert_logits < 0).mean()}
+        stats = {
+            "disc_loss": d_loss,
+            "disc_learner_acc": (learner_logits > 0).mean(),
+            "disc_expert_acc": (expert_logits < 0).mean(),
+        }
         return d_loss, stats
 
     @jax.jit
     def disc_update(disc_params, disc_opt_state, b_obs, b_actions, key):
         """disc_steps discriminator steps (one lax.scan), then the learned reward -log D of every
         pair of the rollout with the updated discriminator, as one jitted call."""
+
         def disc_step(carry, step_key):
             disc_params, disc_opt_state = carry
             learner_key, expert_key = jax.random.split(step_key)
             learner_idx = jax.random.randint(learner_key, (args.disc_batch_size,), 0, batch_size)
             expert_idx = jax.random.randint(expert_key, (args.disc_batch_size,), 0, num_expert)
             grads, stats = jax.grad(disc_loss_fn, has_aux=True)(
-                disc_params, b_obs[learner_idx], b_actions[learner_idx],
-                expert_obs[expert_idx], expert_actions[expert_idx])
+                disc_params,
+                b_obs[learner_idx],
+                b_actions[learner_idx],
+                expert_obs[expert_idx],
+                expert_actions[expert_idx],
+            )
             updates, disc_opt_state = disc_optimizer.update(grads, disc_opt_state, disc_params)
             return (optax.apply_updates(disc_params, updates), disc_opt_state), stats
 
         key, *step_keys = jax.random.split(key, args.disc_steps + 1)
-        (disc_params, disc_opt_state), stats = jax.lax.scan(disc_step, (disc_params, disc_opt_state),
-                                                            jnp.stack(step_keys))
+        (disc_params, disc_opt_state), stats = jax.lax.scan(
+            disc_step, (disc_params, disc_opt_state), jnp.stack(step_keys)
+        )
         disc_rewards = gail_reward(disc.apply(disc_params, b_obs, b_actions))
         return disc_params, disc_opt_state, disc_rewards, jax.tree.map(jnp.mean, stats), key
 
@@ -383,20 +422,26 @@ def train(args: Args) -> dict:
         if args.norm_adv:
             mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std(ddof=1) + 1e-8)
         pg_loss = ppo_policy_loss(logp, mb["logps"], mb_adv, args.clip_coef)
-        v_loss = ppo_value_loss(value, mb["values"], mb["returns"],
-                                args.clip_coef if args.clip_vloss else None)
+        v_loss = ppo_value_loss(
+            value, mb["values"], mb["returns"], args.clip_coef if args.clip_vloss else None
+        )
         entropy_loss = entropy.mean()
         loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
         logratio = logp - mb["logps"]
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
-                 # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
-                 "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
-                 "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean()}
+        stats = {
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": entropy_loss,
+            # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
+            "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
+            "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean(),
+        }
         return loss, stats
 
     @jax.jit
     def update(params, opt_state, batch, key):
         """The whole PPO update, epochs x minibatches, as one jitted call (two nested lax.scans)."""
+
         def minibatch_step(carry, mb):
             params, opt_state = carry
             grads, stats = jax.grad(loss_fn, has_aux=True)(params, mb)
@@ -405,7 +450,9 @@ def train(args: Args) -> dict:
 
         def epoch_step(carry, epoch_key):
             perm = jax.random.permutation(epoch_key, batch_size)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch)
+            shuffled = jax.tree.map(
+                lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch
+            )
             return jax.lax.scan(minibatch_step, carry, shuffled)
 
         key, *epoch_keys = jax.random.split(key, args.update_epochs + 1)
@@ -471,24 +518,32 @@ def train(args: Args) -> dict:
         # Ermon's Algorithm 1 order). No normalisation and no clipping: softplus(-logit) is finite
         # and >= 0, and its scale (about log 2 = 0.69 when D is unsure) suits the value clip.
         disc_params, disc_opt_state, disc_rewards, disc_stats, key = disc_update(
-            disc_params, disc_opt_state, b_obs, b_actions, key)
+            disc_params, disc_opt_state, b_obs, b_actions, key
+        )
         disc_rewards = disc_rewards.reshape(args.num_steps, args.num_envs)
         last_value = get_value(params, next_obs)
         rewards_buf = disc_rewards + bootstrap_buf
         # ---- advantages (bootstrap from the observation after the rollout)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- PPO update: epochs x minibatches over the flattened batch
-        batch = {"obs": b_obs, "actions": b_actions,
-                 "logps": logps_buf.reshape(-1), "advantages": advantages.reshape(-1),
-                 "returns": returns.reshape(-1), "values": values_buf.reshape(-1)}
+        batch = {
+            "obs": b_obs,
+            "actions": b_actions,
+            "logps": logps_buf.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+            "values": values_buf.reshape(-1),
+        }
         params, opt_state, stats, key = update(params, opt_state, batch, key)
         learning_rate = opt_state[1].hyperparams["learning_rate"]  # the rate this update used
 
         stats = {name: float(value) for name, value in stats.items()}
-        stats.update({name: float(value) for name, value in disc_stats.items()},
-                     disc_reward=float(disc_rewards.mean()))
+        stats.update(
+            {name: float(value) for name, value in disc_stats.items()}, disc_reward=float(disc_rewards.mean())
+        )
         b_returns, b_values = np.asarray(batch["returns"]), batch["values"]
         var_returns = b_returns.var(ddof=1)
         explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var(ddof=1) / var_returns
@@ -502,9 +557,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  true return(20) {mean_recent:7.1f}  "
-                  f"D acc {stats['disc_learner_acc']:.2f}/{stats['disc_expert_acc']:.2f}  SPS {sps:6,d}",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  true return(20) {mean_recent:7.1f}  "
+                f"D acc {stats['disc_learner_acc']:.2f}/{stats['disc_expert_acc']:.2f}  SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -529,8 +588,11 @@ def train(args: Args) -> dict:
         eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
-        writer.add_scalar("eval/normalized_score",
-                          float(offline_data.normalized_score(args.dataset, np.mean(eval_returns))), 0)
+        writer.add_scalar(
+            "eval/normalized_score",
+            float(offline_data.normalized_score(args.dataset, np.mean(eval_returns))),
+            0,
+        )
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))
     writer.close()
     return summary

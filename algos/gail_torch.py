@@ -23,6 +23,7 @@ learner's actions agree with the expert's on 79-90% of its states (expert_agreem
 64-75% with a frozen random discriminator, which reaches 500 too on 2 of 3 seeds (survival bias).
 Reproduce: python algos/gail_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -98,8 +99,16 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=2048, num_envs=4, num_steps=128, expert_episodes=2,
-                  disc_steps=2, disc_batch_size=64, save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=2048,
+    num_envs=4,
+    num_steps=128,
+    expert_episodes=2,
+    disc_steps=2,
+    disc_batch_size=64,
+    save_model=True,
+    eval_episodes=2,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -157,8 +166,10 @@ def discriminator_loss(learner_logits, expert_logits):
              = mean softplus(-logit_learner) + mean softplus(logit_expert)
     (softplus form: exact and finite for any logit). Each half is a mean, so the two sets weigh the
     same whatever their sizes. At the optimum D*(s, a) = rho_learner / (rho_learner + rho_expert)."""
-    return (torch.nn.functional.softplus(-learner_logits).mean()
-            + torch.nn.functional.softplus(expert_logits).mean())
+    return (
+        torch.nn.functional.softplus(-learner_logits).mean()
+        + torch.nn.functional.softplus(expert_logits).mean()
+    )
 
 
 def gail_reward(logits):
@@ -180,8 +191,10 @@ class MLP(nn.Sequential):
 
     def __init__(self, in_dim, out_dim, head_std):
         super().__init__(
-            layer_init(nn.Linear(in_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(in_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, out_dim), std=head_std),
         )
 
@@ -231,19 +244,27 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is stepped or any run directory is written."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     for name in ("disc_steps", "disc_batch_size"):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
@@ -253,9 +274,11 @@ def check_args(args):
         raise ValueError(f"unknown dataset {args.dataset!r}; valid: {', '.join(offline_data.DATASETS)}")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions and there is no continuous-action GAIL script here "
-                         f"(algos/ppo_continuous_torch.py is the PPO one would build it on)")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions and there is no continuous-action GAIL script here "
+            f"(algos/ppo_continuous_torch.py is the PPO one would build it on)"
+        )
     data_env = offline_data.dataset_info(args.dataset)["env_id"]
     if data_env != args.env_id:
         raise ValueError(f"dataset {args.dataset!r} was collected on {data_env}, not {args.env_id}")
@@ -266,7 +289,9 @@ def load_expert_pairs(dataset, expert_episodes):
     data = offline_data.load_dataset(dataset)
     bounds = offline_data.episode_bounds(data)
     if expert_episodes > len(bounds):
-        raise ValueError(f"expert_episodes = {expert_episodes} but {dataset} holds {len(bounds)} trajectories")
+        raise ValueError(
+            f"expert_episodes = {expert_episodes} but {dataset} holds {len(bounds)} trajectories"
+        )
     end = bounds[expert_episodes - 1][1] if expert_episodes else len(data["actions"])
     return data["observations"][:end].astype(np.float32), data["actions"][:end].astype(np.int64)
 
@@ -301,8 +326,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -363,7 +389,9 @@ def train(args: Args) -> dict:
             bootstrap = np.zeros(args.num_envs, dtype=np.float32)
             only_truncated = truncated & ~terminated
             if only_truncated.any():
-                final_obs = torch.as_tensor(np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device)
+                final_obs = torch.as_tensor(
+                    np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device
+                )
                 with torch.no_grad():
                     bootstrap[only_truncated] = args.gamma * agent.get_value(final_obs).cpu().numpy()
             bootstrap_buf[step] = torch.as_tensor(bootstrap, device=device)
@@ -406,24 +434,30 @@ def train(args: Args) -> dict:
             last_value = agent.get_value(next_obs)
         rewards_buf = disc_rewards + bootstrap_buf
         # ---- advantages (bootstrap from the observation after the rollout)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- PPO update: epochs x minibatches over the flattened batch
         b_logps = logps_buf.reshape(-1)
-        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values_buf.reshape(-1)
+        b_advantages, b_returns, b_values = (
+            advantages.reshape(-1),
+            returns.reshape(-1),
+            values_buf.reshape(-1),
+        )
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
         for epoch in range(args.update_epochs):
             perm = torch.randperm(batch_size, device=device)
             for start in range(0, batch_size, minibatch_size):
-                mb = perm[start:start + minibatch_size]
+                mb = perm[start : start + minibatch_size]
                 logp, entropy, value = agent.evaluate_actions(b_obs[mb], b_actions[mb])
                 mb_adv = b_advantages[mb]
                 if args.norm_adv:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 pg_loss = ppo_policy_loss(logp, b_logps[mb], mb_adv, args.clip_coef)
-                v_loss = ppo_value_loss(value, b_values[mb], b_returns[mb],
-                                        args.clip_coef if args.clip_vloss else None)
+                v_loss = ppo_value_loss(
+                    value, b_values[mb], b_returns[mb], args.clip_coef if args.clip_vloss else None
+                )
                 entropy_loss = entropy.mean()
                 loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
                 optimizer.zero_grad()
@@ -443,7 +477,9 @@ def train(args: Args) -> dict:
         stats = {name: total / num_updates for name, total in stats.items()}
         stats.update(disc_stats, disc_reward=disc_rewards.mean().item())
         var_returns = b_returns.var().item()
-        explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        explained_var = (
+            np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        )
         sps = int(global_step / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         for name, value in stats.items():
@@ -454,9 +490,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  true return(20) {mean_recent:7.1f}  "
-                  f"D acc {stats['disc_learner_acc']:.2f}/{stats['disc_expert_acc']:.2f}  SPS {sps:6,d}",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  true return(20) {mean_recent:7.1f}  "
+                f"D acc {stats['disc_learner_acc']:.2f}/{stats['disc_expert_acc']:.2f}  SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -480,8 +520,11 @@ def train(args: Args) -> dict:
         eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
-        writer.add_scalar("eval/normalized_score",
-                          float(offline_data.normalized_score(args.dataset, np.mean(eval_returns))), 0)
+        writer.add_scalar(
+            "eval/normalized_score",
+            float(offline_data.normalized_score(args.dataset, np.mean(eval_returns))),
+            0,
+        )
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))
     writer.close()
     return summary

@@ -34,6 +34,7 @@ too, at size 12 with or without noise. Size 8, seeds 1-5 of both twins: NoisyTVO
 of the late actions: captured by the noise (RND solves 9 of 10 per twin there).
 Reproduce: python algos/icm_jax.py --seed 1
 """
+
 import os
 import random
 import re
@@ -114,8 +115,14 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(env_id="NoisyTVDeepSea5-v0", total_timesteps=2048, num_envs=4, num_steps=128,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    env_id="NoisyTVDeepSea5-v0",
+    total_timesteps=2048,
+    num_envs=4,
+    num_steps=128,
+    save_model=True,
+    eval_episodes=2,
+)
 
 FEATURES = ("inverse", "random", "identity")
 DEEP_SEA_ID = re.compile(r"^(" + "|".join(explore_envs.VARIANTS) + r")(-?\d+)-v0$")
@@ -141,8 +148,9 @@ def compute_gae(rewards, values, dones, last_value, gamma, lam):
         advantage = delta + gamma * lam * not_done * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value),
-                                 (rewards, values, next_values, dones), reverse=True)
+    _, advantages = jax.lax.scan(
+        step, jnp.zeros_like(last_value), (rewards, values, next_values, dones), reverse=True
+    )
     return advantages, advantages + values
 
 
@@ -193,12 +201,14 @@ def curiosity_reward(phi_next_pred, phi_next, eta):
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MLP(nn.Module):
     """64-64 tanh trunk and a linear head; the actor and the critic are two separate MLPs."""
+
     out_dim: int
     head_std: float
 
@@ -247,6 +257,7 @@ class Agent:
 
 class ELUNet(nn.Module):
     """One 64-unit ELU layer and a linear head: the encoder, the inverse and the forward model."""
+
     out_dim: int
     head_std: float
 
@@ -273,8 +284,12 @@ class ICM:
 
     def init(self, key):
         encoder_key, inverse_key, forward_key = jax.random.split(key, 3)
-        params = {"inverse_model": self.inverse_model.init(inverse_key, jnp.zeros((1, 2 * self.feature_dim))),
-                  "forward_model": self.forward_model.init(forward_key, jnp.zeros((1, self.feature_dim + self.num_actions)))}
+        params = {
+            "inverse_model": self.inverse_model.init(inverse_key, jnp.zeros((1, 2 * self.feature_dim))),
+            "forward_model": self.forward_model.init(
+                forward_key, jnp.zeros((1, self.feature_dim + self.num_actions))
+            ),
+        }
         if self.encoder is not None:
             params["encoder"] = self.encoder.init(encoder_key, jnp.zeros((1, self.obs_dim)))
         return params
@@ -283,14 +298,20 @@ class ICM:
         if self.encoder is None:
             return obs
         phi = self.encoder.apply(params["encoder"], obs)
-        return phi if self.features == "inverse" else jax.lax.stop_gradient(phi)  # random: phi stays as initialised
+        return (
+            phi if self.features == "inverse" else jax.lax.stop_gradient(phi)
+        )  # random: phi stays as initialised
 
     def __call__(self, params, obs, next_obs, actions):
         """Return (inverse-model logits, phi_hat(s'), phi(s')) for a batch of transitions."""
         phi, phi_next = self.encode(params, obs), self.encode(params, next_obs)
-        action_logits = self.inverse_model.apply(params["inverse_model"], jnp.concatenate([phi, phi_next], axis=-1))
+        action_logits = self.inverse_model.apply(
+            params["inverse_model"], jnp.concatenate([phi, phi_next], axis=-1)
+        )
         one_hot = jax.nn.one_hot(actions, self.num_actions)
-        phi_next_pred = self.forward_model.apply(params["forward_model"], jnp.concatenate([phi, one_hot], axis=-1))
+        phi_next_pred = self.forward_model.apply(
+            params["forward_model"], jnp.concatenate([phi, one_hot], axis=-1)
+        )
         return action_logits, phi_next_pred, phi_next
 
 
@@ -298,19 +319,26 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     match = DEEP_SEA_ID.match(args.env_id)
     if match and not 1 <= int(match.group(2)) <= explore_envs.MAX_SIZE:
-        raise ValueError(f"{args.env_id}: the DeepSea size N = {match.group(2)} must be in "
-                         f"1..{explore_envs.MAX_SIZE}")
+        raise ValueError(
+            f"{args.env_id}: the DeepSea size N = {match.group(2)} must be in 1..{explore_envs.MAX_SIZE}"
+        )
     if args.bonus_scale < 0:
-        raise ValueError(f"bonus_scale = {args.bonus_scale}: the curiosity scale eta must be >= 0 "
-                         f"(0 = the entropy-only PPO baseline)")
+        raise ValueError(
+            f"bonus_scale = {args.bonus_scale}: the curiosity scale eta must be >= 0 "
+            f"(0 = the entropy-only PPO baseline)"
+        )
     if not 0.0 <= args.icm_beta <= 1.0:
         raise ValueError(f"icm_beta = {args.icm_beta}: the forward-loss weight must be in [0, 1]")
     if args.features not in FEATURES:
@@ -319,15 +347,21 @@ def check_args(args):
         raise ValueError(f"feature_dim = {args.feature_dim}: it must be at least 1")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py"
+        )
 
 
 def solve_threshold(env_id):
@@ -368,8 +402,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -390,14 +425,19 @@ def train(args: Args) -> dict:
     updates_per_iteration = args.update_epochs * args.num_minibatches
     if args.anneal_lr:
         # The same per-iteration staircase as the torch twin: lr * (1 - (iteration - 1) / iterations).
-        schedule = lambda count: args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        schedule = lambda count: (
+            args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        )
     else:
         schedule = args.learning_rate
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm),
-                            optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5),
+    )
     opt_state = optimizer.init(params)
-    icm_optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm),
-                                optax.adam(args.icm_learning_rate, eps=1e-5))
+    icm_optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm), optax.adam(args.icm_learning_rate, eps=1e-5)
+    )
     icm_opt_state = icm_optimizer.init(icm_params)
 
     def loss_fn(params, icm_params, mb):
@@ -406,41 +446,59 @@ def train(args: Args) -> dict:
         if args.norm_adv:
             mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std(ddof=1) + 1e-8)
         pg_loss = ppo_policy_loss(logp, mb["logps"], mb_adv, args.clip_coef)
-        v_loss = ppo_value_loss(value, mb["values"], mb["returns"],
-                                args.clip_coef if args.clip_vloss else None)
+        v_loss = ppo_value_loss(
+            value, mb["values"], mb["returns"], args.clip_coef if args.clip_vloss else None
+        )
         entropy_loss = entropy.mean()
         loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
         action_logits, phi_next_pred, phi_next = icm(icm_params, mb["obs"], mb["next_obs"], mb["actions"])
-        icm_loss, inverse_loss, forward_loss = icm_losses(action_logits, mb["actions"], phi_next_pred,
-                                                          phi_next, args.icm_beta)
+        icm_loss, inverse_loss, forward_loss = icm_losses(
+            action_logits, mb["actions"], phi_next_pred, phi_next, args.icm_beta
+        )
         logratio = logp - mb["logps"]
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
-                 # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
-                 "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
-                 "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean(),
-                 "icm_loss": icm_loss, "inverse_loss": inverse_loss, "forward_loss": forward_loss}
+        stats = {
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": entropy_loss,
+            # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
+            "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
+            "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean(),
+            "icm_loss": icm_loss,
+            "inverse_loss": inverse_loss,
+            "forward_loss": forward_loss,
+        }
         return loss + icm_loss, stats  # disjoint parameters: each optimiser sees its own loss
 
     @jax.jit
     def update(params, icm_params, opt_state, icm_opt_state, batch, key):
         """The whole update, epochs x minibatches, as one jitted call (two nested lax.scans); the
         curiosity module trains on the same minibatches with its own optimiser."""
+
         def minibatch_step(carry, mb):
             params, icm_params, opt_state, icm_opt_state = carry
-            (grads, icm_grads), stats = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(params, icm_params, mb)
+            (grads, icm_grads), stats = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(
+                params, icm_params, mb
+            )
             updates, opt_state = optimizer.update(grads, opt_state, params)
             icm_updates, icm_opt_state = icm_optimizer.update(icm_grads, icm_opt_state, icm_params)
-            return (optax.apply_updates(params, updates), optax.apply_updates(icm_params, icm_updates),
-                    opt_state, icm_opt_state), stats
+            return (
+                optax.apply_updates(params, updates),
+                optax.apply_updates(icm_params, icm_updates),
+                opt_state,
+                icm_opt_state,
+            ), stats
 
         def epoch_step(carry, epoch_key):
             perm = jax.random.permutation(epoch_key, batch_size)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch)
+            shuffled = jax.tree.map(
+                lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch
+            )
             return jax.lax.scan(minibatch_step, carry, shuffled)
 
         key, *epoch_keys = jax.random.split(key, args.update_epochs + 1)
         (params, icm_params, opt_state, icm_opt_state), stats = jax.lax.scan(
-            epoch_step, (params, icm_params, opt_state, icm_opt_state), jnp.stack(epoch_keys))
+            epoch_step, (params, icm_params, opt_state, icm_opt_state), jnp.stack(epoch_keys)
+        )
         return params, icm_params, opt_state, icm_opt_state, jax.tree.map(jnp.mean, stats), key
 
     get_value = jax.jit(agent.get_value)
@@ -515,21 +573,31 @@ def train(args: Args) -> dict:
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_next_obs = next_obs_buf.reshape(batch_size, obs_dim)
         b_actions = actions_buf.reshape(-1)
-        intrinsic = np.asarray(intrinsic_reward(icm_params, b_obs, b_next_obs, b_actions)).reshape(args.num_steps, args.num_envs)
+        intrinsic = np.asarray(intrinsic_reward(icm_params, b_obs, b_next_obs, b_actions)).reshape(
+            args.num_steps, args.num_envs
+        )
         rewards_buf += intrinsic
 
         # ---- advantages (bootstrap from the observation after the rollout)
         last_value = get_value(params, next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- update: epochs x minibatches over the flattened batch; the curiosity module trains on
         # the same minibatches with its own optimiser
-        batch = {"obs": b_obs, "next_obs": b_next_obs, "actions": b_actions,
-                 "logps": logps_buf.reshape(-1), "advantages": advantages.reshape(-1),
-                 "returns": returns.reshape(-1), "values": values_buf.reshape(-1)}
-        params, icm_params, opt_state, icm_opt_state, stats, key = update(params, icm_params, opt_state,
-                                                                          icm_opt_state, batch, key)
+        batch = {
+            "obs": b_obs,
+            "next_obs": b_next_obs,
+            "actions": b_actions,
+            "logps": logps_buf.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+            "values": values_buf.reshape(-1),
+        }
+        params, icm_params, opt_state, icm_opt_state, stats, key = update(
+            params, icm_params, opt_state, icm_opt_state, batch, key
+        )
         learning_rate = opt_state[1].hyperparams["learning_rate"]  # the rate this update used
 
         b_returns, b_values = np.asarray(batch["returns"]), batch["values"]
@@ -545,8 +613,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.3f}  "
-                  f"curiosity {float(intrinsic.mean()):.4f}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.3f}  "
+                f"curiosity {float(intrinsic.mean()):.4f}  SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 

@@ -34,6 +34,7 @@ too, at size 12 with or without noise. Size 8, seeds 1-5 of both twins: NoisyTVO
 of the late actions: captured by the noise (RND solves 9 of 10 per twin there).
 Reproduce: python algos/icm_torch.py --seed 1
 """
+
 import os
 import random
 import re
@@ -110,8 +111,14 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(env_id="NoisyTVDeepSea5-v0", total_timesteps=2048, num_envs=4, num_steps=128,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    env_id="NoisyTVDeepSea5-v0",
+    total_timesteps=2048,
+    num_envs=4,
+    num_steps=128,
+    save_model=True,
+    eval_episodes=2,
+)
 
 FEATURES = ("inverse", "random", "identity")
 DEEP_SEA_ID = re.compile(r"^(" + "|".join(explore_envs.VARIANTS) + r")(-?\d+)-v0$")
@@ -197,8 +204,10 @@ class MLP(nn.Sequential):
 
     def __init__(self, in_dim, out_dim, head_std):
         super().__init__(
-            layer_init(nn.Linear(in_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(in_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, out_dim), std=head_std),
         )
 
@@ -236,8 +245,9 @@ class ELUNet(nn.Sequential):
     """One 64-unit ELU layer and a linear head: the encoder, the inverse and the forward model."""
 
     def __init__(self, in_dim, out_dim, head_std):
-        super().__init__(layer_init(nn.Linear(in_dim, 64)), nn.ELU(),
-                         layer_init(nn.Linear(64, out_dim), std=head_std))
+        super().__init__(
+            layer_init(nn.Linear(in_dim, 64)), nn.ELU(), layer_init(nn.Linear(64, out_dim), std=head_std)
+        )
 
 
 class ICM(nn.Module):
@@ -272,19 +282,26 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     match = DEEP_SEA_ID.match(args.env_id)
     if match and not 1 <= int(match.group(2)) <= explore_envs.MAX_SIZE:
-        raise ValueError(f"{args.env_id}: the DeepSea size N = {match.group(2)} must be in "
-                         f"1..{explore_envs.MAX_SIZE}")
+        raise ValueError(
+            f"{args.env_id}: the DeepSea size N = {match.group(2)} must be in 1..{explore_envs.MAX_SIZE}"
+        )
     if args.bonus_scale < 0:
-        raise ValueError(f"bonus_scale = {args.bonus_scale}: the curiosity scale eta must be >= 0 "
-                         f"(0 = the entropy-only PPO baseline)")
+        raise ValueError(
+            f"bonus_scale = {args.bonus_scale}: the curiosity scale eta must be >= 0 "
+            f"(0 = the entropy-only PPO baseline)"
+        )
     if not 0.0 <= args.icm_beta <= 1.0:
         raise ValueError(f"icm_beta = {args.icm_beta}: the forward-loss weight must be in [0, 1]")
     if args.features not in FEATURES:
@@ -293,15 +310,21 @@ def check_args(args):
         raise ValueError(f"feature_dim = {args.feature_dim}: it must be at least 1")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+        )
 
 
 def solve_threshold(env_id):
@@ -341,8 +364,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -435,37 +459,54 @@ def train(args: Args) -> dict:
         b_actions = actions_buf.reshape(-1)
         with torch.no_grad():
             _, phi_next_pred, phi_next = icm(b_obs, b_next_obs, b_actions)
-            intrinsic = curiosity_reward(phi_next_pred, phi_next, args.bonus_scale).reshape(args.num_steps, args.num_envs)
+            intrinsic = curiosity_reward(phi_next_pred, phi_next, args.bonus_scale).reshape(
+                args.num_steps, args.num_envs
+            )
         rewards_buf += intrinsic
 
         # ---- advantages (bootstrap from the observation after the rollout)
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- update: epochs x minibatches over the flattened batch; the curiosity module trains on
         # the same minibatches with its own optimiser
         b_logps = logps_buf.reshape(-1)
-        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values_buf.reshape(-1)
-        stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0,
-                 "icm_loss": 0.0, "inverse_loss": 0.0, "forward_loss": 0.0}
+        b_advantages, b_returns, b_values = (
+            advantages.reshape(-1),
+            returns.reshape(-1),
+            values_buf.reshape(-1),
+        )
+        stats = {
+            "policy_loss": 0.0,
+            "value_loss": 0.0,
+            "entropy": 0.0,
+            "approx_kl": 0.0,
+            "clipfrac": 0.0,
+            "icm_loss": 0.0,
+            "inverse_loss": 0.0,
+            "forward_loss": 0.0,
+        }
         for epoch in range(args.update_epochs):
             perm = torch.randperm(batch_size, device=device)
             for start in range(0, batch_size, minibatch_size):
-                mb = perm[start:start + minibatch_size]
+                mb = perm[start : start + minibatch_size]
                 logp, entropy, value = agent.evaluate_actions(b_obs[mb], b_actions[mb])
                 mb_adv = b_advantages[mb]
                 if args.norm_adv:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 pg_loss = ppo_policy_loss(logp, b_logps[mb], mb_adv, args.clip_coef)
-                v_loss = ppo_value_loss(value, b_values[mb], b_returns[mb],
-                                        args.clip_coef if args.clip_vloss else None)
+                v_loss = ppo_value_loss(
+                    value, b_values[mb], b_returns[mb], args.clip_coef if args.clip_vloss else None
+                )
                 entropy_loss = entropy.mean()
                 loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
                 action_logits, phi_next_pred, phi_next = icm(b_obs[mb], b_next_obs[mb], b_actions[mb])
-                icm_loss, inverse_loss, forward_loss = icm_losses(action_logits, b_actions[mb], phi_next_pred,
-                                                                  phi_next, args.icm_beta)
+                icm_loss, inverse_loss, forward_loss = icm_losses(
+                    action_logits, b_actions[mb], phi_next_pred, phi_next, args.icm_beta
+                )
                 optimizer.zero_grad()
                 icm_optimizer.zero_grad()
                 (loss + icm_loss).backward()  # disjoint parameters: each optimiser sees its own loss
@@ -487,7 +528,9 @@ def train(args: Args) -> dict:
 
         num_updates = args.update_epochs * args.num_minibatches
         var_returns = b_returns.var().item()
-        explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        explained_var = (
+            np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        )
         sps = int(global_step / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/intrinsic_reward", intrinsic.mean().item(), global_step)
@@ -498,8 +541,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.3f}  "
-                  f"curiosity {intrinsic.mean().item():.4f}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.3f}  "
+                f"curiosity {intrinsic.mean().item():.4f}  SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 

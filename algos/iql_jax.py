@@ -31,6 +31,7 @@ waypoint -> goal legs that no trajectory joined; pendulum-medium (defaults): JAX
 seeds 1-3) 91.4 / 100.0 / 92.6 (behaviour 24.5).
 Reproduce: python algos/iql_jax.py --dataset pointmaze-stitch --seed 1
 """
+
 import os
 import random
 import sys
@@ -88,7 +89,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_steps=60, batch_size=32, hidden_size=32, eval_every=30, eval_episodes=1, save_model=True)
+SMOKE_ARGS = dict(
+    total_steps=60, batch_size=32, hidden_size=32, eval_every=30, eval_episodes=1, save_model=True
+)
 
 LOG_EVERY = 100  # gradient steps between logged losses (and the JAX twin's scan length)
 STATE_EPS = 1e-3  # added to the dataset's state std
@@ -106,18 +109,20 @@ def prepare_dataset(data, state_mean, state_std):
     """The arrays the update reads (numpy): states normalised, and the target's done flag from
     `terminals` alone: a timeout is where the collector stopped, not the end of the task, so its s'
     is bootstrapped from like any other."""
-    return {"obs": ((data["observations"] - state_mean) / state_std).astype(np.float32),
-            "next_obs": ((data["next_observations"] - state_mean) / state_std).astype(np.float32),
-            "actions": data["actions"].astype(np.float32),
-            "rewards": data["rewards"].astype(np.float32),
-            "terminals": data["terminals"].astype(np.float32)}
+    return {
+        "obs": ((data["observations"] - state_mean) / state_std).astype(np.float32),
+        "next_obs": ((data["next_observations"] - state_mean) / state_std).astype(np.float32),
+        "actions": data["actions"].astype(np.float32),
+        "rewards": data["rewards"].astype(np.float32),
+        "terminals": data["terminals"].astype(np.float32),
+    }
 
 
 def expectile_loss(diff, expectile):
     """Mean of |tau - 1(u < 0)| u^2 over u = Q - V: a positive error (V below Q) weighs tau, a negative
     one 1 - tau. Minimised over V, it gives the tau-expectile of Q: tau 0.5 the mean, tau -> 1 the max."""
     weight = jnp.where(diff < 0, 1.0 - expectile, expectile)
-    return (weight * diff ** 2).mean()
+    return (weight * diff**2).mean()
 
 
 def iql_target(rewards, terminals, next_v, gamma):
@@ -140,7 +145,7 @@ def advantage_weights(advantages, beta, max_weight):
 def gaussian_log_prob(mean, log_std, actions):
     """log N(a; mean, diag(exp(log_std))^2), summed over the action dimensions."""
     z = (actions - mean) / jnp.exp(log_std)
-    return (-0.5 * z ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    return (-0.5 * z**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
 
 
 def awr_actor_loss(log_probs, advantages, beta, max_weight):
@@ -158,6 +163,7 @@ def layer_init(features):
 
 class QNetwork(nn.Module):
     """Q(s, a): the concatenated (normalised) observation and action through a hidden-hidden ReLU MLP."""
+
     hidden_size: int
 
     @nn.compact
@@ -170,6 +176,7 @@ class QNetwork(nn.Module):
 
 class ValueNetwork(nn.Module):
     """V(s): the (normalised) observation through a hidden-hidden ReLU MLP."""
+
     hidden_size: int
 
     @nn.compact
@@ -182,6 +189,7 @@ class ValueNetwork(nn.Module):
 class Actor(nn.Module):
     """Gaussian policy: mean = scale * tanh(MLP(s)) + bias (inside any finite Box), log-std a free
     parameter per action dimension (state-independent, clipped to [LOG_STD_MIN, LOG_STD_MAX])."""
+
     action_dim: int
     hidden_size: int
     action_scale: tuple
@@ -204,8 +212,12 @@ class Agent:
 
     def __init__(self, obs_dim, action_dim, hidden_size, action_scale, action_bias):
         self.obs_dim, self.action_dim = obs_dim, action_dim
-        self.actor = Actor(action_dim, hidden_size, tuple(float(x) for x in action_scale),
-                           tuple(float(x) for x in action_bias))
+        self.actor = Actor(
+            action_dim,
+            hidden_size,
+            tuple(float(x) for x in action_scale),
+            tuple(float(x) for x in action_bias),
+        )
         self.vf = ValueNetwork(hidden_size)
         self.qf = QNetwork(hidden_size)
 
@@ -224,8 +236,10 @@ def check_args(args):
     """Bad input stops here, before any run directory is written. Returns the dataset's info."""
     info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
     if info["discrete"]:
-        raise ValueError(f"{args.dataset} has discrete actions; IQL's Gaussian policy needs Box actions. "
-                         f"For discrete offline data use algos/cql_jax.py --discrete")
+        raise ValueError(
+            f"{args.dataset} has discrete actions; IQL's Gaussian policy needs Box actions. "
+            f"For discrete offline data use algos/cql_jax.py --discrete"
+        )
     for name in ("total_steps", "batch_size", "hidden_size", "eval_every", "eval_episodes"):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
@@ -263,12 +277,18 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
         saved = flax.serialization.msgpack_restore(f.read())
     space = offline_data.make_env(env_id).action_space
     state_mean, state_std = np.asarray(saved["state_mean"]), np.asarray(saved["state_std"])
-    agent = Agent(len(state_mean), int(np.prod(space.shape)), hidden_size,
-                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    agent = Agent(
+        len(state_mean),
+        int(np.prod(space.shape)),
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     apply = jax.jit(agent.actor.apply)
 
     def policy(obs):
         return np.asarray(apply(saved["actor"], obs)[0])
+
     return run_episodes(policy, env_id, eval_episodes, seed, state_mean, state_std)
 
 
@@ -279,8 +299,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the evaluation environments (episode i gets seed + 10_000 + i).
     random.seed(args.seed)
@@ -300,13 +321,20 @@ def train(args: Args) -> dict:
 
     space = offline_data.make_env(env_id).action_space
     obs_dim, action_dim = arrays["obs"].shape[1], int(np.prod(space.shape))
-    agent = Agent(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    agent = Agent(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
     params = agent.init(key)
     v_optimizer = optax.adam(args.learning_rate)
     q_optimizer = optax.adam(args.learning_rate)
     actor_optimizer = optax.adam(args.learning_rate)
-    state = {"params": params, "target_qf": params["qf"], "v_opt": v_optimizer.init(params["vf"]),
-             "q_opt": q_optimizer.init(params["qf"]), "actor_opt": actor_optimizer.init(params["actor"])}
+    state = {
+        "params": params,
+        "target_qf": params["qf"],
+        "v_opt": v_optimizer.init(params["vf"]),
+        "q_opt": q_optimizer.init(params["qf"]),
+        "actor_opt": actor_optimizer.init(params["actor"]),
+    }
     apply = jax.jit(agent.actor.apply)
 
     def policy(obs):
@@ -316,6 +344,7 @@ def train(args: Args) -> dict:
     def update(state, dataset, idx):
         """A block of gradient steps (lax.scan over the rows of idx) as one jitted call. Each step: the
         value network, the actor, the critics and the Polyak targets, in that order."""
+
         def one_step(state, rows):
             b = jax.tree.map(lambda v: v[rows], dataset)
             params = state["params"]
@@ -325,6 +354,7 @@ def train(args: Args) -> dict:
             def value_loss_fn(vf_params):
                 v = agent.vf.apply(vf_params, b["obs"])
                 return expectile_loss(target_q - v, args.expectile), v.mean()
+
             (value_loss, v_values), v_grads = jax.value_and_grad(value_loss_fn, has_aux=True)(params["vf"])
             v_updates, v_opt = v_optimizer.update(v_grads, state["v_opt"])
             vf_params = optax.apply_updates(params["vf"], v_updates)
@@ -334,30 +364,53 @@ def train(args: Args) -> dict:
 
             def actor_loss_fn(actor_params):
                 mean, log_std = agent.actor.apply(actor_params, b["obs"])
-                actor_loss, mean_weight = awr_actor_loss(gaussian_log_prob(mean, log_std, b["actions"]), advantages,
-                                                         args.beta, args.max_weight)
+                actor_loss, mean_weight = awr_actor_loss(
+                    gaussian_log_prob(mean, log_std, b["actions"]), advantages, args.beta, args.max_weight
+                )
                 return actor_loss, (mean_weight, log_std.mean())
-            (actor_loss, (mean_weight, log_std)), actor_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(params["actor"])
+
+            (actor_loss, (mean_weight, log_std)), actor_grads = jax.value_and_grad(
+                actor_loss_fn, has_aux=True
+            )(params["actor"])
             actor_updates, actor_opt = actor_optimizer.update(actor_grads, state["actor_opt"])
             actor_params = optax.apply_updates(params["actor"], actor_updates)
 
             # ---- 3. critics: r + gamma (1 - terminals) V(s'), then the Polyak targets
-            target = iql_target(b["rewards"], b["terminals"], agent.vf.apply(vf_params, b["next_obs"]), args.gamma)
+            target = iql_target(
+                b["rewards"], b["terminals"], agent.vf.apply(vf_params, b["next_obs"]), args.gamma
+            )
 
             def q_loss_fn(qf_params):
                 q = agent.q_values(qf_params, b["obs"], b["actions"])
                 qf1_loss, qf2_loss = critic_losses(q[0], q[1], target)
                 return qf1_loss + qf2_loss, (qf1_loss, qf2_loss, q[0].mean())
+
             q_grads, (qf1_loss, qf2_loss, qf1_values) = jax.grad(q_loss_fn, has_aux=True)(params["qf"])
             q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
             qf_params = optax.apply_updates(params["qf"], q_updates)
-            target_qf = optax.incremental_update(qf_params, state["target_qf"], args.tau)  # target += tau * (online - target)
-            state = {"params": {"actor": actor_params, "vf": vf_params, "qf": qf_params}, "target_qf": target_qf,
-                     "v_opt": v_opt, "q_opt": q_opt, "actor_opt": actor_opt}
-            losses = {"value_loss": value_loss, "qf1_loss": qf1_loss, "qf2_loss": qf2_loss, "actor_loss": actor_loss,
-                      "v_values": v_values, "qf1_values": qf1_values, "advantage": advantages.mean(),
-                      "mean_weight": mean_weight, "log_std": log_std}
+            target_qf = optax.incremental_update(
+                qf_params, state["target_qf"], args.tau
+            )  # target += tau * (online - target)
+            state = {
+                "params": {"actor": actor_params, "vf": vf_params, "qf": qf_params},
+                "target_qf": target_qf,
+                "v_opt": v_opt,
+                "q_opt": q_opt,
+                "actor_opt": actor_opt,
+            }
+            losses = {
+                "value_loss": value_loss,
+                "qf1_loss": qf1_loss,
+                "qf2_loss": qf2_loss,
+                "actor_loss": actor_loss,
+                "v_values": v_values,
+                "qf1_values": qf1_values,
+                "advantage": advantages.mean(),
+                "mean_weight": mean_weight,
+                "log_std": log_std,
+            }
             return state, losses
+
         state, losses = jax.lax.scan(one_step, state, idx)
         return state, jax.tree.map(lambda v: v[-1], losses)
 
@@ -367,7 +420,9 @@ def train(args: Args) -> dict:
     while step < args.total_steps:
         # ---- a block of gradient steps up to the next log point, evaluation or the end; the
         # minibatch indices of the whole block are drawn at once (numpy, the same in both twins)
-        block = min(LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step)
+        block = min(
+            LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step
+        )
         idx = jnp.asarray(rng.integers(0, size, size=(block, args.batch_size)))
         state, step_losses = update(state, dataset, idx)
         step += block
@@ -380,16 +435,25 @@ def train(args: Args) -> dict:
 
         # ---- evaluation: the deterministic policy (the mean), episode i seeded seed + 10_000 + i
         if step % args.eval_every == 0 or step == args.total_steps:
-            returns = run_episodes(policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std)
+            returns = run_episodes(
+                policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std
+            )
             mean_return = float(returns.mean())
             for r in returns:
                 episode_returns.append((step, float(r)))
                 writer.add_scalar("eval/episodic_return", r, step)
-            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, mean_return)), step)
+            writer.add_scalar(
+                "eval/normalized_score", float(offline_data.normalized_score(args.dataset, mean_return)), step
+            )
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {mean_return:7.2f}  "
-                  f"SPS {int(step / (time.time() - start_time)):5,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {mean_return:7.2f}  "
+                f"SPS {int(step / (time.time() - start_time)):5,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -407,7 +471,11 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
-            f.write(flax.serialization.to_bytes({**state["params"], "state_mean": state_mean, "state_std": state_std}))
+            f.write(
+                flax.serialization.to_bytes(
+                    {**state["params"], "state_mean": state_mean, "state_std": state_std}
+                )
+            )
         eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/saved_model_return", r, i)

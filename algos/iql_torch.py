@@ -31,6 +31,7 @@ waypoint -> goal legs that no trajectory joined; pendulum-medium (defaults): JAX
 seeds 1-3) 91.4 / 100.0 / 92.6 (behaviour 24.5).
 Reproduce: python algos/iql_torch.py --dataset pointmaze-stitch --seed 1
 """
+
 import os
 import random
 import sys
@@ -85,7 +86,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_steps=60, batch_size=32, hidden_size=32, eval_every=30, eval_episodes=1, save_model=True)
+SMOKE_ARGS = dict(
+    total_steps=60, batch_size=32, hidden_size=32, eval_every=30, eval_episodes=1, save_model=True
+)
 
 LOG_EVERY = 100  # gradient steps between logged losses (and the JAX twin's scan length)
 STATE_EPS = 1e-3  # added to the dataset's state std
@@ -103,18 +106,20 @@ def prepare_dataset(data, state_mean, state_std):
     """The arrays the update reads (numpy): states normalised, and the target's done flag from
     `terminals` alone: a timeout is where the collector stopped, not the end of the task, so its s'
     is bootstrapped from like any other."""
-    return {"obs": ((data["observations"] - state_mean) / state_std).astype(np.float32),
-            "next_obs": ((data["next_observations"] - state_mean) / state_std).astype(np.float32),
-            "actions": data["actions"].astype(np.float32),
-            "rewards": data["rewards"].astype(np.float32),
-            "terminals": data["terminals"].astype(np.float32)}
+    return {
+        "obs": ((data["observations"] - state_mean) / state_std).astype(np.float32),
+        "next_obs": ((data["next_observations"] - state_mean) / state_std).astype(np.float32),
+        "actions": data["actions"].astype(np.float32),
+        "rewards": data["rewards"].astype(np.float32),
+        "terminals": data["terminals"].astype(np.float32),
+    }
 
 
 def expectile_loss(diff, expectile):
     """Mean of |tau - 1(u < 0)| u^2 over u = Q - V: a positive error (V below Q) weighs tau, a negative
     one 1 - tau. Minimised over V, it gives the tau-expectile of Q: tau 0.5 the mean, tau -> 1 the max."""
     weight = torch.where(diff < 0, 1.0 - expectile, expectile)
-    return (weight * diff ** 2).mean()
+    return (weight * diff**2).mean()
 
 
 def iql_target(rewards, terminals, next_v, gamma):
@@ -137,7 +142,7 @@ def advantage_weights(advantages, beta, max_weight):
 def gaussian_log_prob(mean, log_std, actions):
     """log N(a; mean, diag(exp(log_std))^2), summed over the action dimensions."""
     z = (actions - mean) / torch.exp(log_std)
-    return (-0.5 * z ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    return (-0.5 * z**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
 
 
 def awr_actor_loss(log_probs, advantages, beta, max_weight):
@@ -161,8 +166,10 @@ class QNetwork(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, 1)),
         )
 
@@ -176,8 +183,10 @@ class ValueNetwork(nn.Module):
     def __init__(self, obs_dim, hidden_size):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, 1)),
         )
 
@@ -192,8 +201,10 @@ class Actor(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size, action_scale, action_bias):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, action_dim)),
         )
         self.log_std = nn.Parameter(torch.zeros(action_dim))
@@ -210,8 +221,10 @@ def check_args(args):
     """Bad input stops here, before any run directory is written. Returns the dataset's info."""
     info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
     if info["discrete"]:
-        raise ValueError(f"{args.dataset} has discrete actions; IQL's Gaussian policy needs Box actions. "
-                         f"For discrete offline data use algos/cql_torch.py --discrete")
+        raise ValueError(
+            f"{args.dataset} has discrete actions; IQL's Gaussian policy needs Box actions. "
+            f"For discrete offline data use algos/cql_torch.py --discrete"
+        )
     for name in ("total_steps", "batch_size", "hidden_size", "eval_every", "eval_episodes"):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
@@ -248,13 +261,19 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     saved = torch.load(model_path, map_location="cpu")
     space = offline_data.make_env(env_id).action_space
     state_mean, state_std = saved["state_mean"].numpy(), saved["state_std"].numpy()
-    actor = Actor(len(state_mean), int(np.prod(space.shape)), hidden_size,
-                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor = Actor(
+        len(state_mean),
+        int(np.prod(space.shape)),
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     actor.load_state_dict(saved["actor"])
 
     def policy(obs):
         with torch.no_grad():
             return actor(torch.as_tensor(obs))[0].numpy()
+
     return run_episodes(policy, env_id, eval_episodes, seed, state_mean, state_std)
 
 
@@ -265,8 +284,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the evaluation environments (episode i gets seed + 10_000 + i).
     random.seed(args.seed)
@@ -286,10 +306,18 @@ def train(args: Args) -> dict:
 
     space = offline_data.make_env(env_id).action_space
     obs_dim, action_dim = arrays["obs"].shape[1], int(np.prod(space.shape))
-    actor = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor = Actor(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
     vf = ValueNetwork(obs_dim, args.hidden_size)
-    qf1, qf2 = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
-    qf1_target, qf2_target = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
+    qf1, qf2 = (
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+    )
+    qf1_target, qf2_target = (
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+    )
     qf1_target.load_state_dict(qf1.state_dict())
     qf2_target.load_state_dict(qf2.state_dict())
     for net in (actor, vf, qf1, qf2, qf1_target, qf2_target):
@@ -310,7 +338,9 @@ def train(args: Args) -> dict:
     while step < args.total_steps:
         # ---- a block of gradient steps up to the next log point, evaluation or the end; the
         # minibatch indices of the whole block are drawn at once (numpy, the same in both twins)
-        block = min(LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step)
+        block = min(
+            LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step
+        )
         idx = torch.as_tensor(rng.integers(0, size, size=(block, args.batch_size)), device=device)
         for rows in idx:
             b = {k: v[rows] for k, v in dataset.items()}
@@ -327,8 +357,9 @@ def train(args: Args) -> dict:
             with torch.no_grad():
                 advantages = target_q - vf(b["obs"])
             mean, log_std = actor(b["obs"])
-            actor_loss, mean_weight = awr_actor_loss(gaussian_log_prob(mean, log_std, b["actions"]), advantages,
-                                                     args.beta, args.max_weight)
+            actor_loss, mean_weight = awr_actor_loss(
+                gaussian_log_prob(mean, log_std, b["actions"]), advantages, args.beta, args.max_weight
+            )
             actor_optimizer.zero_grad()
             actor_loss.backward()
             actor_optimizer.step()
@@ -346,26 +377,42 @@ def train(args: Args) -> dict:
         step += block
 
         if step % LOG_EVERY == 0 or step == args.total_steps:
-            losses = {"value_loss": value_loss.item(), "qf1_loss": qf1_loss.item(), "qf2_loss": qf2_loss.item(),
-                      "actor_loss": actor_loss.item(), "v_values": v.mean().item(), "qf1_values": q1.mean().item(),
-                      "advantage": advantages.mean().item(), "mean_weight": mean_weight.item(),
-                      "log_std": log_std.mean().item()}
+            losses = {
+                "value_loss": value_loss.item(),
+                "qf1_loss": qf1_loss.item(),
+                "qf2_loss": qf2_loss.item(),
+                "actor_loss": actor_loss.item(),
+                "v_values": v.mean().item(),
+                "qf1_values": q1.mean().item(),
+                "advantage": advantages.mean().item(),
+                "mean_weight": mean_weight.item(),
+                "log_std": log_std.mean().item(),
+            }
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, step)
             writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
 
         # ---- evaluation: the deterministic policy (the mean), episode i seeded seed + 10_000 + i
         if step % args.eval_every == 0 or step == args.total_steps:
-            returns = run_episodes(policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std)
+            returns = run_episodes(
+                policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std
+            )
             mean_return = float(returns.mean())
             for r in returns:
                 episode_returns.append((step, float(r)))
                 writer.add_scalar("eval/episodic_return", r, step)
-            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, mean_return)), step)
+            writer.add_scalar(
+                "eval/normalized_score", float(offline_data.normalized_score(args.dataset, mean_return)), step
+            )
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {mean_return:7.2f}  "
-                  f"SPS {int(step / (time.time() - start_time)):5,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {mean_return:7.2f}  "
+                f"SPS {int(step / (time.time() - start_time)):5,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -382,9 +429,17 @@ def train(args: Args) -> dict:
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
-        torch.save({"actor": actor.state_dict(), "vf": vf.state_dict(), "qf1": qf1.state_dict(),
-                    "qf2": qf2.state_dict(), "state_mean": torch.as_tensor(state_mean),
-                    "state_std": torch.as_tensor(state_std)}, model_path)
+        torch.save(
+            {
+                "actor": actor.state_dict(),
+                "vf": vf.state_dict(),
+                "qf1": qf1.state_dict(),
+                "qf2": qf2.state_dict(),
+                "state_mean": torch.as_tensor(state_mean),
+                "state_std": torch.as_tensor(state_std),
+            },
+            model_path,
+        )
         eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/saved_model_return", r, i)

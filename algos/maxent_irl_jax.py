@@ -36,6 +36,7 @@ its greedy policy's true 30-step return is 89.56-89.66 against the expert's 89.6
 table, 10 and 1000 demonstrations, one-hot features).
 Reproduce: python algos/maxent_irl_jax.py --seed 1
 """
+
 import functools
 import os
 import random
@@ -89,8 +90,16 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(grid="open5x5", num_demos=5, horizon=10, total_steps=6, soft_vi_sweeps=20, eval_every=3,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    grid="open5x5",
+    num_demos=5,
+    horizon=10,
+    total_steps=6,
+    soft_vi_sweeps=20,
+    eval_every=3,
+    save_model=True,
+    eval_episodes=2,
+)
 
 # Gridworlds, top row first: "S" start, "G" goal, "~" puddle, "." free. No walls: a move off the
 # grid leaves the agent where it is.
@@ -136,13 +145,16 @@ def state_visitation(pi, P, start, gamma, horizon):
     """Forward pass: expected discounted state visitation D(s) = sum_{t < horizon} gamma^t d_t(s), with
     d_0 = start and d_{t+1}(s') = sum_{s, a} d_t(s) pi(a | s) P(s' | s, a). With stochastic rows of P
     it sums to (1 - gamma^horizon) / (1 - gamma), or to horizon when gamma = 1."""
+
     def step(carry, _):
         d, D, discount = carry
         D = D + discount * d
         d = jnp.einsum("s,sa,sat->t", d, pi, P)
         return (d, D, discount * gamma), None
 
-    (_, D, _), _ = jax.lax.scan(step, (start, jnp.zeros_like(start), jnp.ones((), start.dtype)), None, length=horizon)
+    (_, D, _), _ = jax.lax.scan(
+        step, (start, jnp.zeros_like(start), jnp.ones((), start.dtype)), None, length=horizon
+    )
     return D
 
 
@@ -255,7 +267,9 @@ def evaluate(model_path, grid, features, slip, gamma, horizon, soft_vi_sweeps, e
     with open(model_path, "rb") as f:
         theta = jnp.asarray(flax.serialization.msgpack_restore(f.read())["theta"])
     Q, _, _ = soft_value_iteration(jnp.asarray(F_np) @ theta, jnp.asarray(P_np), gamma, soft_vi_sweeps)
-    return run_greedy_episodes(np.asarray(greedy_actions(Q)), P_np, start_np, r_np, horizon, eval_episodes, seed)
+    return run_greedy_episodes(
+        np.asarray(greedy_actions(Q)), P_np, start_np, r_np, horizon, eval_episodes, seed
+    )
 
 
 # ----------------------------------------------------------------------------- training
@@ -264,8 +278,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.grid}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax; the demonstrations come from a numpy generator seeded with seed.
     random.seed(args.seed)
@@ -298,6 +313,7 @@ def train(args: Args) -> dict:
         """num_steps IRL gradient steps, each: the backward pass (soft value iteration on r_theta), the
         forward pass (the learner's visitation), one Adam step on theta. Returns ||grad|| per step.
         One jitted lax.scan over the steps."""
+
         def irl_step(carry, _):
             theta, opt_state = carry
             _, _, pi = soft_value_iteration(F @ theta, P, args.gamma, args.soft_vi_sweeps)
@@ -315,8 +331,12 @@ def train(args: Args) -> dict:
         over the demonstrated ones, the exact true return of its greedy policy, and that policy."""
         Q, _, _ = soft_value_iteration(F @ theta, P, args.gamma, args.soft_vi_sweeps)
         greedy = jax.nn.one_hot(greedy_actions(Q), num_actions, dtype=P.dtype)
-        return (policy_match(Q, Q_expert, TIE_TOL, jnp.ones_like(visited)), policy_match(Q, Q_expert, TIE_TOL, visited),
-                policy_return(greedy, P, start, r_true, args.horizon), greedy_actions(Q))
+        return (
+            policy_match(Q, Q_expert, TIE_TOL, jnp.ones_like(visited)),
+            policy_match(Q, Q_expert, TIE_TOL, visited),
+            policy_return(greedy, P, start, r_true, args.horizon),
+            greedy_actions(Q),
+        )
 
     start_time = time.time()
     episodic_returns, feature_gap_curve, eval_returns = [], [], []
@@ -329,8 +349,9 @@ def train(args: Args) -> dict:
             writer.add_scalar("losses/feature_gap", gap, step)
         match, match_visited, recovered_return, policy = scores(theta)
         match, match_visited, recovered_return = float(match), float(match_visited), float(recovered_return)
-        eval_returns = run_greedy_episodes(np.asarray(policy), P_np, start_np, r_np, args.horizon, args.eval_episodes,
-                                           args.seed + 10_000)
+        eval_returns = run_greedy_episodes(
+            np.asarray(policy), P_np, start_np, r_np, args.horizon, args.eval_episodes, args.seed + 10_000
+        )
         for ret in eval_returns:
             episodic_returns.append((step, ret))
             writer.add_scalar("eval/episodic_return", ret, step)
@@ -339,8 +360,13 @@ def train(args: Args) -> dict:
         writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step}/{args.total_steps}  feature gap {gap:.4f}  policy match {match:.3f}  "
-                  f"true return {recovered_return:.2f} (expert {expert_return:.2f})", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step}/{args.total_steps}  feature gap {gap:.4f}  policy match {match:.3f}  "
+                f"true return {recovered_return:.2f} (expert {expert_return:.2f})",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
     wall_time = time.time() - start_time
@@ -366,8 +392,17 @@ def train(args: Args) -> dict:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
             f.write(flax.serialization.msgpack_serialize({"theta": np.asarray(theta)}))
-        saved_returns = evaluate(model_path, args.grid, args.features, args.slip, args.gamma, args.horizon,
-                                 args.soft_vi_sweeps, args.eval_episodes, seed=args.seed + 10_000)
+        saved_returns = evaluate(
+            model_path,
+            args.grid,
+            args.features,
+            args.slip,
+            args.gamma,
+            args.horizon,
+            args.soft_vi_sweeps,
+            args.eval_episodes,
+            seed=args.seed + 10_000,
+        )
         for i, r in enumerate(saved_returns):
             writer.add_scalar("eval/saved_model_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(saved_returns)))

@@ -36,6 +36,7 @@ its greedy policy's true 30-step return is 89.56-89.66 against the expert's 89.6
 table, 10 and 1000 demonstrations, one-hot features).
 Reproduce: python algos/maxent_irl_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -85,8 +86,16 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(grid="open5x5", num_demos=5, horizon=10, total_steps=6, soft_vi_sweeps=20, eval_every=3,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    grid="open5x5",
+    num_demos=5,
+    horizon=10,
+    total_steps=6,
+    soft_vi_sweeps=20,
+    eval_every=3,
+    save_model=True,
+    eval_episodes=2,
+)
 
 # Gridworlds, top row first: "S" start, "G" goal, "~" puddle, "." free. No walls: a move off the
 # grid leaves the agent where it is.
@@ -248,7 +257,9 @@ def evaluate(model_path, grid, features, slip, gamma, horizon, soft_vi_sweeps, e
     """Load the saved theta; run the greedy policy of its soft-optimal Q under the true reward."""
     P_np, r_np, F_np, start_np = make_gridworld(grid, slip, features)
     theta = torch.load(model_path, map_location="cpu")["theta"]
-    Q, _, _ = soft_value_iteration(torch.as_tensor(F_np) @ theta, torch.as_tensor(P_np), gamma, soft_vi_sweeps)
+    Q, _, _ = soft_value_iteration(
+        torch.as_tensor(F_np) @ theta, torch.as_tensor(P_np), gamma, soft_vi_sweeps
+    )
     return run_greedy_episodes(greedy_actions(Q).numpy(), P_np, start_np, r_np, horizon, eval_episodes, seed)
 
 
@@ -258,8 +269,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.grid}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch; the demonstrations come from a numpy generator seeded with seed.
     random.seed(args.seed)
@@ -275,10 +287,14 @@ def train(args: Args) -> dict:
     P, r_true, F, start = (torch.as_tensor(x, device=device) for x in (P_np, r_np, F_np, start_np))
     Q_expert, _, pi_expert = soft_value_iteration(r_true, P, args.gamma, args.soft_vi_sweeps)
     rng = np.random.default_rng(args.seed)
-    demo_states, _ = sample_episodes(pi_expert.cpu().numpy(), P_np, start_np, args.horizon, args.num_demos, rng)
+    demo_states, _ = sample_episodes(
+        pi_expert.cpu().numpy(), P_np, start_np, args.horizon, args.num_demos, rng
+    )
     mu_expert = expert_feature_expectations(torch.as_tensor(demo_states, device=device), F, args.gamma)
     demo_mean_return = float(r_np[demo_states].sum(1).mean())
-    visited = torch.as_tensor(np.bincount(demo_states.reshape(-1), minlength=len(r_np)) > 0, dtype=P.dtype, device=device)
+    visited = torch.as_tensor(
+        np.bincount(demo_states.reshape(-1), minlength=len(r_np)) > 0, dtype=P.dtype, device=device
+    )
     num_actions = P.shape[1]
     expert_greedy = torch.nn.functional.one_hot(greedy_actions(Q_expert), num_actions).to(P.dtype)
     expert_return = float(policy_return(expert_greedy, P, start, r_true, args.horizon))
@@ -307,8 +323,12 @@ def train(args: Args) -> dict:
         with torch.no_grad():
             Q, _, _ = soft_value_iteration(F @ theta, P, args.gamma, args.soft_vi_sweeps)
             greedy = torch.nn.functional.one_hot(greedy_actions(Q), num_actions).to(P.dtype)
-            return (policy_match(Q, Q_expert, TIE_TOL, torch.ones_like(visited)), policy_match(Q, Q_expert, TIE_TOL, visited),
-                    policy_return(greedy, P, start, r_true, args.horizon), greedy_actions(Q))
+            return (
+                policy_match(Q, Q_expert, TIE_TOL, torch.ones_like(visited)),
+                policy_match(Q, Q_expert, TIE_TOL, visited),
+                policy_return(greedy, P, start, r_true, args.horizon),
+                greedy_actions(Q),
+            )
 
     start_time = time.time()
     episodic_returns, feature_gap_curve, eval_returns = [], [], []
@@ -321,8 +341,9 @@ def train(args: Args) -> dict:
             writer.add_scalar("losses/feature_gap", gap, step)
         match, match_visited, recovered_return, policy = scores(theta)
         match, match_visited, recovered_return = float(match), float(match_visited), float(recovered_return)
-        eval_returns = run_greedy_episodes(policy.cpu().numpy(), P_np, start_np, r_np, args.horizon, args.eval_episodes,
-                                           args.seed + 10_000)
+        eval_returns = run_greedy_episodes(
+            policy.cpu().numpy(), P_np, start_np, r_np, args.horizon, args.eval_episodes, args.seed + 10_000
+        )
         for ret in eval_returns:
             episodic_returns.append((step, ret))
             writer.add_scalar("eval/episodic_return", ret, step)
@@ -331,8 +352,13 @@ def train(args: Args) -> dict:
         writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step}/{args.total_steps}  feature gap {gap:.4f}  policy match {match:.3f}  "
-                  f"true return {recovered_return:.2f} (expert {expert_return:.2f})", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step}/{args.total_steps}  feature gap {gap:.4f}  policy match {match:.3f}  "
+                f"true return {recovered_return:.2f} (expert {expert_return:.2f})",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
     wall_time = time.time() - start_time
@@ -357,8 +383,17 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
         torch.save({"theta": theta.detach().cpu()}, model_path)
-        saved_returns = evaluate(model_path, args.grid, args.features, args.slip, args.gamma, args.horizon,
-                                 args.soft_vi_sweeps, args.eval_episodes, seed=args.seed + 10_000)
+        saved_returns = evaluate(
+            model_path,
+            args.grid,
+            args.features,
+            args.slip,
+            args.gamma,
+            args.horizon,
+            args.soft_vi_sweeps,
+            args.eval_episodes,
+            seed=args.seed + 10_000,
+        )
         for i, r in enumerate(saved_returns):
             writer.add_scalar("eval/saved_model_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(saved_returns)))

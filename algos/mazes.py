@@ -20,6 +20,7 @@ by the change; if a new wall appears on its cell, it steps off it normally.
 Importing this module registers DynaMaze-v0, BlockingMaze-v0 and ShortcutMaze-v0 with gymnasium
 (gym.make("BlockingMaze-v0", change_at=500) overrides the step of the change).
 """
+
 from collections import deque
 
 import gymnasium as gym
@@ -121,8 +122,9 @@ class MazeEnv(gym.Env):
 
     def __init__(self, layout=DYNA_MAZE, changed_layout=None, change_at=None, render_mode=None):
         if change_at is not None and (changed_layout is None or change_at < 0):
-            raise ValueError(f"change_at = {change_at}: only a maze with a second layout changes, "
-                             f"at a step >= 0")
+            raise ValueError(
+                f"change_at = {change_at}: only a maze with a second layout changes, at a step >= 0"
+            )
         self.layouts = [parse_layout(layout)] + ([parse_layout(changed_layout)] if changed_layout else [])
         self.change_at = change_at
         self.render_mode = render_mode
@@ -171,8 +173,17 @@ class MazeEnv(gym.Env):
         for r in range(self.num_rows):
             row = ""
             for c in range(self.num_cols):
-                row += ("A" if (r, c) == self.cell else "G" if (r, c) == self.goal else
-                        "S" if (r, c) == self.start else "#" if self.walls[r, c] else ".")
+                row += (
+                    "A"
+                    if (r, c) == self.cell
+                    else "G"
+                    if (r, c) == self.goal
+                    else "S"
+                    if (r, c) == self.start
+                    else "#"
+                    if self.walls[r, c]
+                    else "."
+                )
             rows.append(row)
         return "\n".join(rows)
 

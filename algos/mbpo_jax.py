@@ -25,6 +25,7 @@ Measured (docs/algorithms/mbpo.md): Pendulum-v1, 3,000 steps, JAX twin seeds 1-3
 -241.8 (last-5-episode mean; the issue's bar is -300); SAC needs 30,000 steps for -117 to -181.
 Reproduce: python algos/mbpo_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -120,11 +121,28 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=400, learning_starts=200, batch_size=32, hidden_size=32, updates_per_step=2,
-                  ensemble_size=3, num_elites=2, model_hidden_size=32, model_layers=2, model_batch_size=32,
-                  model_train_steps=10, model_train_freq=50, rollout_batch_size=64, model_buffer_size=1_000,
-                  epoch_length=50, rollout_min_epoch=4, rollout_max_epoch=6, rollout_max_length=3,
-                  save_model=True, eval_episodes=1)
+SMOKE_ARGS = dict(
+    total_timesteps=400,
+    learning_starts=200,
+    batch_size=32,
+    hidden_size=32,
+    updates_per_step=2,
+    ensemble_size=3,
+    num_elites=2,
+    model_hidden_size=32,
+    model_layers=2,
+    model_batch_size=32,
+    model_train_steps=10,
+    model_train_freq=50,
+    rollout_batch_size=64,
+    model_buffer_size=1_000,
+    epoch_length=50,
+    rollout_min_epoch=4,
+    rollout_max_epoch=6,
+    rollout_max_length=3,
+    save_model=True,
+    eval_episodes=1,
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 RETURN_WINDOW = 5  # final_mean_return: mean of the last 5 episodes (1,000 steps on Pendulum)
@@ -134,7 +152,7 @@ RETURN_WINDOW = 5  # final_mean_return: mean of the last 5 episodes (1,000 steps
 def tanh_log_det_jacobian(u):
     """sum_i log(1 - tanh(u_i)^2) over the last (action) axis, in the stable form
 
-        log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
+    log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
     """
     return (2.0 * (np.log(2.0) - u - jax.nn.softplus(-2.0 * u))).sum(-1)
 
@@ -147,7 +165,7 @@ def sample_squashed(mean, log_std, noise, action_scale, action_bias):
     """
     std = jnp.exp(log_std)
     u = mean + std * noise
-    gaussian_logp = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    gaussian_logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
     log_prob = gaussian_logp - tanh_log_det_jacobian(u) - jnp.log(action_scale).sum()
     return jnp.tanh(u) * action_scale + action_bias, log_prob
 
@@ -257,8 +275,14 @@ def model_rollout(model_fn, policy_fn, start_obs, members, model_noise, action_n
         sample = mean + jnp.exp(0.5 * log_var) * noise
         next_obs, rewards = obs + sample[:, :obs_dim], sample[:, obs_dim]
         terminated = termination_fn(obs, actions, next_obs)
-        out = {"obs": obs, "actions": actions, "rewards": rewards, "next_obs": next_obs,
-               "terminated": terminated.astype(jnp.float32), "valid": alive}
+        out = {
+            "obs": obs,
+            "actions": actions,
+            "rewards": rewards,
+            "next_obs": next_obs,
+            "terminated": terminated.astype(jnp.float32),
+            "valid": alive,
+        }
         return (next_obs, alive & ~terminated), out
 
     _, out = jax.lax.scan(step, (start_obs, jnp.ones(n, dtype=bool)), (members, model_noise, action_noise))
@@ -273,6 +297,7 @@ def layer_init(features):
 
 class QNetwork(nn.Module):
     """Q(s, a): the concatenated observation and action through a hidden-hidden ReLU MLP."""
+
     hidden_size: int
 
     @nn.compact
@@ -285,6 +310,7 @@ class QNetwork(nn.Module):
 
 class Actor(nn.Module):
     """Squashed Gaussian policy: a ReLU trunk, then the mean and log std of u, a = scale tanh(u) + bias."""
+
     action_dim: int
     hidden_size: int
 
@@ -338,6 +364,7 @@ class Agent:
 
 class Member(nn.Module):
     """One ensemble member on normalised inputs: SiLU hidden layers, a head of 2 * out_dim outputs."""
+
     out_dim: int
     hidden_size: int
     layers: int
@@ -363,8 +390,11 @@ class DynamicsEnsemble:
     def init(self, key):
         keys = jax.random.split(key, self.ensemble_size)
         members = jax.vmap(self.member.init, in_axes=(0, None))(keys, jnp.zeros((1, self.in_dim)))
-        return {"members": members, "max_log_var": jnp.full((self.out_dim,), 0.5, dtype=jnp.float32),
-                "min_log_var": jnp.full((self.out_dim,), -10.0, dtype=jnp.float32)}
+        return {
+            "members": members,
+            "max_log_var": jnp.full((self.out_dim,), 0.5, dtype=jnp.float32),
+            "min_log_var": jnp.full((self.out_dim,), -10.0, dtype=jnp.float32),
+        }
 
     def apply(self, params, norm, x):
         """x: (N, in) shared by every member, or (E, N, in) one batch per member -> (E, N, out) twice."""
@@ -379,8 +409,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -395,38 +429,57 @@ def transition_next_obs(next_obs, infos):
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.ensemble_size < 1:
-        raise ValueError(f"ensemble_size = {args.ensemble_size}: the dynamics model needs at least one member")
+        raise ValueError(
+            f"ensemble_size = {args.ensemble_size}: the dynamics model needs at least one member"
+        )
     if not 1 <= args.num_elites <= args.ensemble_size:
-        raise ValueError(f"num_elites = {args.num_elites} must be between 1 and ensemble_size = {args.ensemble_size}")
+        raise ValueError(
+            f"num_elites = {args.num_elites} must be between 1 and ensemble_size = {args.ensemble_size}"
+        )
     if args.rollout_min_length < 1 or args.rollout_max_length < args.rollout_min_length:
-        raise ValueError(f"rollout lengths {args.rollout_min_length} -> {args.rollout_max_length}: a model rollout "
-                         f"is at least 1 step long and the schedule does not shrink")
+        raise ValueError(
+            f"rollout lengths {args.rollout_min_length} -> {args.rollout_max_length}: a model rollout "
+            f"is at least 1 step long and the schedule does not shrink"
+        )
     if not 0.0 <= args.real_ratio <= 1.0:
         raise ValueError(f"real_ratio = {args.real_ratio} is a fraction of the batch, in [0, 1]")
     if args.updates_per_step < 1:
         raise ValueError(f"updates_per_step = {args.updates_per_step}: at least one SAC update per step")
     if args.learning_starts >= args.total_timesteps:
-        raise ValueError(f"learning_starts = {args.learning_starts} leaves no update within "
-                         f"total_timesteps = {args.total_timesteps}")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} leaves no update within "
+            f"total_timesteps = {args.total_timesteps}"
+        )
     if args.batch_size > args.learning_starts or args.model_batch_size > args.learning_starts:
-        raise ValueError(f"batch_size = {args.batch_size} / model_batch_size = {args.model_batch_size} is more "
-                         f"than the warm-up fills (learning_starts = {args.learning_starts})")
+        raise ValueError(
+            f"batch_size = {args.batch_size} / model_batch_size = {args.model_batch_size} is more "
+            f"than the warm-up fills (learning_starts = {args.learning_starts})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
+        )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise ValueError(f"{args.env_id} has unbounded actions; the tanh squashing needs finite bounds")
     if args.env_id not in TERMINATION_FNS:
-        raise ValueError(f"{args.env_id} has no termination rule for model rollouts; add one to TERMINATION_FNS")
+        raise ValueError(
+            f"{args.env_id} has no termination rule for model rollouts; add one to TERMINATION_FNS"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     """Load the saved parameters into a fresh network; run the deterministic policy (tanh of the mean)."""
     env = gym.make(env_id)
     space = env.action_space
-    agent = Agent(int(np.prod(env.observation_space.shape)), int(np.prod(space.shape)), hidden_size,
-                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    agent = Agent(
+        int(np.prod(env.observation_space.shape)),
+        int(np.prod(space.shape)),
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     with open(model_path, "rb") as f:
         params = flax.serialization.from_bytes(agent.init(jax.random.PRNGKey(0)), f.read())
     deterministic = jax.jit(agent.deterministic)
@@ -450,8 +503,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -466,19 +520,26 @@ def train(args: Args) -> dict:
     space = envs.single_action_space
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(space.shape))
-    agent = Agent(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    agent = Agent(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
     key, init_key, model_key = jax.random.split(key, 3)
     params = agent.init(init_key)
     target_entropy = -float(action_dim)
     q_optimizer = optax.adam(args.q_lr)
     actor_optimizer = optax.adam(args.policy_lr)
     alpha_optimizer = optax.adam(args.alpha_lr)
-    state = {"params": params, "qf_target": params["qf"],
-             "log_alpha": jnp.asarray(np.log(args.alpha), dtype=jnp.float32),
-             "q_opt": q_optimizer.init(params["qf"]), "actor_opt": actor_optimizer.init(params["actor"])}
+    state = {
+        "params": params,
+        "qf_target": params["qf"],
+        "log_alpha": jnp.asarray(np.log(args.alpha), dtype=jnp.float32),
+        "q_opt": q_optimizer.init(params["qf"]),
+        "actor_opt": actor_optimizer.init(params["actor"]),
+    }
     state["alpha_opt"] = alpha_optimizer.init(state["log_alpha"])
-    model = DynamicsEnsemble(args.ensemble_size, obs_dim + action_dim, obs_dim + 1, args.model_hidden_size,
-                             args.model_layers)
+    model = DynamicsEnsemble(
+        args.ensemble_size, obs_dim + action_dim, obs_dim + 1, args.model_hidden_size, args.model_layers
+    )
     model_params = model.init(model_key)
     model_optimizer = optax.adam(args.model_lr)
     model_opt = model_optimizer.init(model_params)
@@ -494,14 +555,18 @@ def train(args: Args) -> dict:
 
         next_actions, next_log_prob = agent.sample(params["actor"], batch["next_obs"], next_key)
         next_q = agent.q_values(state["qf_target"], batch["next_obs"], next_actions)
-        target = soft_q_target(batch["rewards"], batch["terminated"], next_q[0], next_q[1], next_log_prob,
-                               alpha, args.gamma)
+        target = soft_q_target(
+            batch["rewards"], batch["terminated"], next_q[0], next_q[1], next_log_prob, alpha, args.gamma
+        )
 
         def q_loss_fn(qf_params):
             q = agent.q_values(qf_params, batch["obs"], batch["actions"])
             qf1_loss, qf2_loss = critic_losses(q[0], q[1], target)
             return qf1_loss + qf2_loss, (qf1_loss, qf2_loss, q[0].mean(), q[1].mean())
-        q_grads, (qf1_loss, qf2_loss, qf1_values, qf2_values) = jax.grad(q_loss_fn, has_aux=True)(params["qf"])
+
+        q_grads, (qf1_loss, qf2_loss, qf1_values, qf2_values) = jax.grad(q_loss_fn, has_aux=True)(
+            params["qf"]
+        )
         q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
         qf_params = optax.apply_updates(params["qf"], q_updates)
 
@@ -509,6 +574,7 @@ def train(args: Args) -> dict:
             actions_pi, log_prob = agent.sample(actor_params, batch["obs"], pi_key)
             q = agent.q_values(qf_params, batch["obs"], actions_pi)
             return sac_actor_loss(q[0], q[1], log_prob, alpha), log_prob
+
         (actor_loss, log_prob), actor_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(params["actor"])
         actor_updates, actor_opt = actor_optimizer.update(actor_grads, state["actor_opt"])
         actor_params = optax.apply_updates(params["actor"], actor_updates)
@@ -520,34 +586,55 @@ def train(args: Args) -> dict:
         else:
             alpha_opt = state["alpha_opt"]
 
-        qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)  # target += tau * (online - target)
-        state = {"params": {"actor": actor_params, "qf": qf_params}, "qf_target": qf_target,
-                 "log_alpha": log_alpha, "q_opt": q_opt, "actor_opt": actor_opt, "alpha_opt": alpha_opt}
-        losses = {"qf1_loss": qf1_loss, "qf2_loss": qf2_loss, "qf1_values": qf1_values, "qf2_values": qf2_values,
-                  "actor_loss": actor_loss, "alpha": alpha, "alpha_loss": alpha_loss}
+        qf_target = optax.incremental_update(
+            qf_params, state["qf_target"], args.tau
+        )  # target += tau * (online - target)
+        state = {
+            "params": {"actor": actor_params, "qf": qf_params},
+            "qf_target": qf_target,
+            "log_alpha": log_alpha,
+            "q_opt": q_opt,
+            "actor_opt": actor_opt,
+            "alpha_opt": alpha_opt,
+        }
+        losses = {
+            "qf1_loss": qf1_loss,
+            "qf2_loss": qf2_loss,
+            "qf1_values": qf1_values,
+            "qf2_values": qf2_values,
+            "actor_loss": actor_loss,
+            "alpha": alpha,
+            "alpha_loss": alpha_loss,
+        }
         return state, losses, key
 
     @jax.jit
     def update_many(state, batches, key):
         """updates_per_step SAC steps, one per batch (leading axis), as one jitted lax.scan."""
+
         def body(carry, batch):
             state, key = carry
             state, losses, key = update(state, batch, key)
             return (state, key), losses
+
         (state, key), losses = jax.lax.scan(body, (state, key), batches)
         return state, jax.tree.map(lambda x: x[-1], losses), key
 
     @jax.jit
     def model_train_steps(model_params, model_opt, norm, inputs, targets):
         """model_train_steps ensemble gradient steps (inputs: (steps, E, B, in)) as one jitted lax.scan."""
+
         def body(carry, batch):
             model_params, model_opt = carry
+
             def loss_fn(p):
                 mean, log_var = model.apply(p, norm, batch[0])
                 return model_loss(mean, log_var, batch[1], p["max_log_var"], p["min_log_var"])
+
             loss, grads = jax.value_and_grad(loss_fn)(model_params)
             updates, model_opt = model_optimizer.update(grads, model_opt)
             return (optax.apply_updates(model_params, updates), model_opt), loss
+
         (model_params, model_opt), loss = jax.lax.scan(body, (model_params, model_opt), (inputs, targets))
         return model_params, model_opt, loss[-1]
 
@@ -568,7 +655,9 @@ def train(args: Args) -> dict:
         action_noise = jax.random.normal(action_key, (length, n, action_dim))
         policy_fn = lambda obs, noise: agent.sample(actor_params, obs, noise=noise)[0]
         model_fn = lambda obs, actions: model.apply(model_params, norm, jnp.concatenate([obs, actions], -1))
-        return model_rollout(model_fn, policy_fn, start_obs, members, model_noise, action_noise, termination_fn), key
+        return model_rollout(
+            model_fn, policy_fn, start_obs, members, model_noise, action_noise, termination_fn
+        ), key
 
     # buffers on the host; each sampled batch moves to the device
     # Real buffer: every real transition (total_timesteps of them). Model buffer: a ring.
@@ -578,11 +667,13 @@ def train(args: Args) -> dict:
     actions_buf = np.zeros((capacity, action_dim), dtype=np.float32)
     rewards_buf = np.zeros(capacity, dtype=np.float32)
     terminated_buf = np.zeros(capacity, dtype=np.float32)
-    model_buf = {"obs": np.zeros((args.model_buffer_size, obs_dim), dtype=np.float32),
-                 "next_obs": np.zeros((args.model_buffer_size, obs_dim), dtype=np.float32),
-                 "actions": np.zeros((args.model_buffer_size, action_dim), dtype=np.float32),
-                 "rewards": np.zeros(args.model_buffer_size, dtype=np.float32),
-                 "terminated": np.zeros(args.model_buffer_size, dtype=np.float32)}
+    model_buf = {
+        "obs": np.zeros((args.model_buffer_size, obs_dim), dtype=np.float32),
+        "next_obs": np.zeros((args.model_buffer_size, obs_dim), dtype=np.float32),
+        "actions": np.zeros((args.model_buffer_size, action_dim), dtype=np.float32),
+        "rewards": np.zeros(args.model_buffer_size, dtype=np.float32),
+        "terminated": np.zeros(args.model_buffer_size, dtype=np.float32),
+    }
     model_ptr, model_count = 0, 0
     n_real, n_model = real_model_split(args.batch_size, args.real_ratio)
     max_holdout = max(1, int(args.total_timesteps * args.holdout_ratio))
@@ -597,8 +688,14 @@ def train(args: Args) -> dict:
         targets = np.concatenate([next_obs_buf[:n] - obs_buf[:n], rewards_buf[:n, None]], -1)
         mean, std = fit_normaliser(jnp.asarray(inputs[train_idx]))
         norm = {"mean": mean, "std": std}
-        idx = train_idx[np.random.randint(0, len(train_idx), (args.model_train_steps, args.ensemble_size, args.model_batch_size))]
-        model_params, model_opt, loss = model_train_steps(model_params, model_opt, norm, inputs[idx], targets[idx])
+        idx = train_idx[
+            np.random.randint(
+                0, len(train_idx), (args.model_train_steps, args.ensemble_size, args.model_batch_size)
+            )
+        ]
+        model_params, model_opt, loss = model_train_steps(
+            model_params, model_opt, norm, inputs[idx], targets[idx]
+        )
         pad = np.resize(holdout_idx, max_holdout)  # repeats the held-out rows; the mask counts each once
         mask = (np.arange(max_holdout) < n_holdout).astype(np.float32)
         holdout_mse = np.asarray(holdout_errors(model_params, norm, inputs[pad], targets[pad], mask))
@@ -641,11 +738,17 @@ def train(args: Args) -> dict:
         if (global_step - args.learning_starts - 1) % args.model_train_freq == 0:
             model_nll, holdout_mse = train_model(global_step)
             elites = select_elites(holdout_mse, args.num_elites)
-            length = rollout_length(global_step // args.epoch_length, args.rollout_min_length,
-                                    args.rollout_max_length, args.rollout_min_epoch, args.rollout_max_epoch)
+            length = rollout_length(
+                global_step // args.epoch_length,
+                args.rollout_min_length,
+                args.rollout_max_length,
+                args.rollout_min_epoch,
+                args.rollout_max_epoch,
+            )
             start = np.random.randint(0, global_step, size=args.rollout_batch_size)
-            rollout, key = rollout_fn(state["params"]["actor"], model_params, norm, obs_buf[start],
-                                      jnp.asarray(elites), length, key)
+            rollout, key = rollout_fn(
+                state["params"]["actor"], model_params, norm, obs_buf[start], jnp.asarray(elites), length, key
+            )
             rollout = {k: np.asarray(v) for k, v in rollout.items()}
             valid = rollout.pop("valid").reshape(-1)
             for k, v in rollout.items():
@@ -654,17 +757,22 @@ def train(args: Args) -> dict:
                 model_buf[k][slots] = v
             model_ptr = (model_ptr + int(valid.sum())) % args.model_buffer_size
             model_count = min(model_count + int(valid.sum()), args.model_buffer_size)
-            model_losses = {"model_nll": model_nll, "model_holdout_mse": float(holdout_mse[elites].mean()),
-                            "rollout_length": float(length)}
+            model_losses = {
+                "model_nll": model_nll,
+                "model_holdout_mse": float(holdout_mse[elites].mean()),
+                "rollout_length": float(length),
+            }
 
         # ---- updates_per_step SAC steps on mixed batches: n_real real, n_model model transitions
         idx_r = np.random.randint(0, global_step, size=(args.updates_per_step, n_real))
         idx_m = np.random.randint(0, model_count, size=(args.updates_per_step, n_model))
-        batches = {"obs": np.concatenate([obs_buf[idx_r], model_buf["obs"][idx_m]], 1),
-                   "next_obs": np.concatenate([next_obs_buf[idx_r], model_buf["next_obs"][idx_m]], 1),
-                   "actions": np.concatenate([actions_buf[idx_r], model_buf["actions"][idx_m]], 1),
-                   "rewards": np.concatenate([rewards_buf[idx_r], model_buf["rewards"][idx_m]], 1),
-                   "terminated": np.concatenate([terminated_buf[idx_r], model_buf["terminated"][idx_m]], 1)}
+        batches = {
+            "obs": np.concatenate([obs_buf[idx_r], model_buf["obs"][idx_m]], 1),
+            "next_obs": np.concatenate([next_obs_buf[idx_r], model_buf["next_obs"][idx_m]], 1),
+            "actions": np.concatenate([actions_buf[idx_r], model_buf["actions"][idx_m]], 1),
+            "rewards": np.concatenate([rewards_buf[idx_r], model_buf["rewards"][idx_m]], 1),
+            "terminated": np.concatenate([terminated_buf[idx_r], model_buf["terminated"][idx_m]], 1),
+        }
         state, step_losses, key = update_many(state, batches, key)
 
         if global_step % 100 == 0 or global_step == args.total_timesteps:
@@ -676,8 +784,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or global_step == args.total_timesteps):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
-                      f"k {length}  alpha {losses['alpha']:.3f}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
+                    f"k {length}  alpha {losses['alpha']:.3f}  SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -699,7 +812,9 @@ def train(args: Args) -> dict:
             f.write(flax.serialization.to_bytes(state["params"]))
         with open(os.path.join(run_dir, "dynamics.msgpack"), "wb") as f:
             f.write(flax.serialization.to_bytes({"model": model_params, "norm": norm}))
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
+        eval_returns = evaluate(
+            model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

@@ -25,6 +25,7 @@ Measured (docs/algorithms/mbpo.md): Pendulum-v1, 3,000 steps, JAX twin seeds 1-3
 -241.8 (last-5-episode mean; the issue's bar is -300); SAC needs 30,000 steps for -117 to -181.
 Reproduce: python algos/mbpo_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -117,11 +118,28 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=400, learning_starts=200, batch_size=32, hidden_size=32, updates_per_step=2,
-                  ensemble_size=3, num_elites=2, model_hidden_size=32, model_layers=2, model_batch_size=32,
-                  model_train_steps=10, model_train_freq=50, rollout_batch_size=64, model_buffer_size=1_000,
-                  epoch_length=50, rollout_min_epoch=4, rollout_max_epoch=6, rollout_max_length=3,
-                  save_model=True, eval_episodes=1)
+SMOKE_ARGS = dict(
+    total_timesteps=400,
+    learning_starts=200,
+    batch_size=32,
+    hidden_size=32,
+    updates_per_step=2,
+    ensemble_size=3,
+    num_elites=2,
+    model_hidden_size=32,
+    model_layers=2,
+    model_batch_size=32,
+    model_train_steps=10,
+    model_train_freq=50,
+    rollout_batch_size=64,
+    model_buffer_size=1_000,
+    epoch_length=50,
+    rollout_min_epoch=4,
+    rollout_max_epoch=6,
+    rollout_max_length=3,
+    save_model=True,
+    eval_episodes=1,
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 RETURN_WINDOW = 5  # final_mean_return: mean of the last 5 episodes (1,000 steps on Pendulum)
@@ -131,7 +149,7 @@ RETURN_WINDOW = 5  # final_mean_return: mean of the last 5 episodes (1,000 steps
 def tanh_log_det_jacobian(u):
     """sum_i log(1 - tanh(u_i)^2) over the last (action) axis, in the stable form
 
-        log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
+    log(1 - tanh(u)^2) = log(4 e^{-2u} / (1 + e^{-2u})^2) = 2 (log 2 - u - softplus(-2u)).
     """
     return (2.0 * (np.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
 
@@ -144,7 +162,7 @@ def sample_squashed(mean, log_std, noise, action_scale, action_bias):
     """
     std = log_std.exp()
     u = mean + std * noise
-    gaussian_logp = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    gaussian_logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
     log_prob = gaussian_logp - tanh_log_det_jacobian(u) - torch.log(action_scale).sum()
     return torch.tanh(u) * action_scale + action_bias, log_prob
 
@@ -274,8 +292,10 @@ class QNetwork(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, 1)),
         )
 
@@ -289,8 +309,10 @@ class Actor(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size, action_scale, action_bias):
         super().__init__()
         self.trunk = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
         )
         self.mean = layer_init(nn.Linear(hidden_size, action_dim))
         self.log_std = layer_init(nn.Linear(hidden_size, action_dim))
@@ -320,7 +342,9 @@ class EnsembleLinear(nn.Module):
     def __init__(self, ensemble_size, in_features, out_features):
         super().__init__()
         bound = 1.0 / np.sqrt(in_features)  # torch's default Linear init, per member
-        self.weight = nn.Parameter(torch.empty(ensemble_size, in_features, out_features).uniform_(-bound, bound))
+        self.weight = nn.Parameter(
+            torch.empty(ensemble_size, in_features, out_features).uniform_(-bound, bound)
+        )
         self.bias = nn.Parameter(torch.zeros(ensemble_size, 1, out_features))
 
     def forward(self, x):
@@ -335,7 +359,9 @@ class DynamicsEnsemble(nn.Module):
     def __init__(self, ensemble_size, in_dim, out_dim, hidden_size, layers):
         super().__init__()
         sizes = [in_dim] + [hidden_size] * layers
-        self.hidden = nn.ModuleList(EnsembleLinear(ensemble_size, a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.hidden = nn.ModuleList(
+            EnsembleLinear(ensemble_size, a, b) for a, b in zip(sizes[:-1], sizes[1:])
+        )
         self.head = EnsembleLinear(ensemble_size, hidden_size, 2 * out_dim)
         self.max_log_var = nn.Parameter(torch.full((out_dim,), 0.5))
         self.min_log_var = nn.Parameter(torch.full((out_dim,), -10.0))
@@ -358,8 +384,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -374,38 +404,57 @@ def transition_next_obs(next_obs, infos):
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.ensemble_size < 1:
-        raise ValueError(f"ensemble_size = {args.ensemble_size}: the dynamics model needs at least one member")
+        raise ValueError(
+            f"ensemble_size = {args.ensemble_size}: the dynamics model needs at least one member"
+        )
     if not 1 <= args.num_elites <= args.ensemble_size:
-        raise ValueError(f"num_elites = {args.num_elites} must be between 1 and ensemble_size = {args.ensemble_size}")
+        raise ValueError(
+            f"num_elites = {args.num_elites} must be between 1 and ensemble_size = {args.ensemble_size}"
+        )
     if args.rollout_min_length < 1 or args.rollout_max_length < args.rollout_min_length:
-        raise ValueError(f"rollout lengths {args.rollout_min_length} -> {args.rollout_max_length}: a model rollout "
-                         f"is at least 1 step long and the schedule does not shrink")
+        raise ValueError(
+            f"rollout lengths {args.rollout_min_length} -> {args.rollout_max_length}: a model rollout "
+            f"is at least 1 step long and the schedule does not shrink"
+        )
     if not 0.0 <= args.real_ratio <= 1.0:
         raise ValueError(f"real_ratio = {args.real_ratio} is a fraction of the batch, in [0, 1]")
     if args.updates_per_step < 1:
         raise ValueError(f"updates_per_step = {args.updates_per_step}: at least one SAC update per step")
     if args.learning_starts >= args.total_timesteps:
-        raise ValueError(f"learning_starts = {args.learning_starts} leaves no update within "
-                         f"total_timesteps = {args.total_timesteps}")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} leaves no update within "
+            f"total_timesteps = {args.total_timesteps}"
+        )
     if args.batch_size > args.learning_starts or args.model_batch_size > args.learning_starts:
-        raise ValueError(f"batch_size = {args.batch_size} / model_batch_size = {args.model_batch_size} is more "
-                         f"than the warm-up fills (learning_starts = {args.learning_starts})")
+        raise ValueError(
+            f"batch_size = {args.batch_size} / model_batch_size = {args.model_batch_size} is more "
+            f"than the warm-up fills (learning_starts = {args.learning_starts})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Box actions. For discrete actions use algos/dqn_torch.py or algos/ppo_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Box actions. For discrete actions use algos/dqn_torch.py or algos/ppo_torch.py"
+        )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise ValueError(f"{args.env_id} has unbounded actions; the tanh squashing needs finite bounds")
     if args.env_id not in TERMINATION_FNS:
-        raise ValueError(f"{args.env_id} has no termination rule for model rollouts; add one to TERMINATION_FNS")
+        raise ValueError(
+            f"{args.env_id} has no termination rule for model rollouts; add one to TERMINATION_FNS"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     """Load the saved parameters into a fresh network; run the deterministic policy (tanh of the mean)."""
     env = gym.make(env_id)
     space = env.action_space
-    actor = Actor(int(np.prod(env.observation_space.shape)), int(np.prod(space.shape)), hidden_size,
-                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor = Actor(
+        int(np.prod(env.observation_space.shape)),
+        int(np.prod(space.shape)),
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     actor.load_state_dict(torch.load(model_path, map_location="cpu")["actor"])
     returns = []
     for episode in range(eval_episodes):
@@ -428,8 +477,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -443,9 +493,17 @@ def train(args: Args) -> dict:
     space = envs.single_action_space
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(space.shape))
-    actor = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
-    qf1, qf2 = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
-    qf1_target, qf2_target = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
+    actor = Actor(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
+    qf1, qf2 = (
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+    )
+    qf1_target, qf2_target = (
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+    )
     qf1_target.load_state_dict(qf1.state_dict())
     qf2_target.load_state_dict(qf2.state_dict())
     for net in (actor, qf1, qf2, qf1_target, qf2_target):
@@ -455,10 +513,13 @@ def train(args: Args) -> dict:
     q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
     target_entropy = -float(action_dim)
-    log_alpha = torch.tensor(np.log(args.alpha), dtype=torch.float32, device=device, requires_grad=args.autotune)
+    log_alpha = torch.tensor(
+        np.log(args.alpha), dtype=torch.float32, device=device, requires_grad=args.autotune
+    )
     alpha_optimizer = torch.optim.Adam([log_alpha], lr=args.alpha_lr)
-    model = DynamicsEnsemble(args.ensemble_size, obs_dim + action_dim, obs_dim + 1, args.model_hidden_size,
-                             args.model_layers).to(device)
+    model = DynamicsEnsemble(
+        args.ensemble_size, obs_dim + action_dim, obs_dim + 1, args.model_hidden_size, args.model_layers
+    ).to(device)
     model_optimizer = torch.optim.Adam(model.parameters(), lr=args.model_lr)
     termination_fn = TERMINATION_FNS[args.env_id]
     elites = np.arange(args.num_elites)
@@ -471,11 +532,13 @@ def train(args: Args) -> dict:
     actions_buf = np.zeros((capacity, action_dim), dtype=np.float32)
     rewards_buf = np.zeros(capacity, dtype=np.float32)
     terminated_buf = np.zeros(capacity, dtype=np.float32)
-    model_buf = {"obs": np.zeros((args.model_buffer_size, obs_dim), dtype=np.float32),
-                 "next_obs": np.zeros((args.model_buffer_size, obs_dim), dtype=np.float32),
-                 "actions": np.zeros((args.model_buffer_size, action_dim), dtype=np.float32),
-                 "rewards": np.zeros(args.model_buffer_size, dtype=np.float32),
-                 "terminated": np.zeros(args.model_buffer_size, dtype=np.float32)}
+    model_buf = {
+        "obs": np.zeros((args.model_buffer_size, obs_dim), dtype=np.float32),
+        "next_obs": np.zeros((args.model_buffer_size, obs_dim), dtype=np.float32),
+        "actions": np.zeros((args.model_buffer_size, action_dim), dtype=np.float32),
+        "rewards": np.zeros(args.model_buffer_size, dtype=np.float32),
+        "terminated": np.zeros(args.model_buffer_size, dtype=np.float32),
+    }
     model_ptr, model_count = 0, 0
     n_real, n_model = real_model_split(args.batch_size, args.real_ratio)
 
@@ -485,11 +548,15 @@ def train(args: Args) -> dict:
         n_holdout = max(1, int(n * args.holdout_ratio))
         train_idx, holdout_idx = perm[n_holdout:], perm[:n_holdout]
         inputs = torch.as_tensor(np.concatenate([obs_buf[:n], actions_buf[:n]], -1), device=device)
-        targets = torch.as_tensor(np.concatenate([next_obs_buf[:n] - obs_buf[:n], rewards_buf[:n, None]], -1), device=device)
+        targets = torch.as_tensor(
+            np.concatenate([next_obs_buf[:n] - obs_buf[:n], rewards_buf[:n, None]], -1), device=device
+        )
         model.input_mean, model.input_std = fit_normaliser(inputs[train_idx])
         for _ in range(args.model_train_steps):
-            idx = torch.as_tensor(train_idx[np.random.randint(0, len(train_idx), (args.ensemble_size, args.model_batch_size))],
-                                  device=device)
+            idx = torch.as_tensor(
+                train_idx[np.random.randint(0, len(train_idx), (args.ensemble_size, args.model_batch_size))],
+                device=device,
+            )
             mean, log_var = model(inputs[idx])
             loss = model_loss(mean, log_var, targets[idx], model.max_log_var, model.min_log_var)
             model_optimizer.zero_grad()
@@ -518,7 +585,9 @@ def train(args: Args) -> dict:
             actions = envs.action_space.sample()
         else:
             with torch.no_grad():
-                actions = actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
+                actions = (
+                    actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
+                )
         next_obs, reward, terminated, truncated, infos = envs.step(actions)
         ep_return += reward
         ep_length += 1
@@ -543,15 +612,25 @@ def train(args: Args) -> dict:
         if (global_step - args.learning_starts - 1) % args.model_train_freq == 0:
             model_nll, holdout_mse = train_model(global_step)
             elites = select_elites(holdout_mse, args.num_elites)
-            length = rollout_length(global_step // args.epoch_length, args.rollout_min_length,
-                                    args.rollout_max_length, args.rollout_min_epoch, args.rollout_max_epoch)
+            length = rollout_length(
+                global_step // args.epoch_length,
+                args.rollout_min_length,
+                args.rollout_max_length,
+                args.rollout_min_epoch,
+                args.rollout_max_epoch,
+            )
             start = np.random.randint(0, global_step, size=args.rollout_batch_size)
             members = elites[np.random.randint(0, args.num_elites, size=(length, args.rollout_batch_size))]
             with torch.no_grad():
-                rollout = model_rollout(model_fn, policy_fn, torch.as_tensor(obs_buf[start], device=device),
-                                        torch.as_tensor(members, device=device),
-                                        torch.randn(length, args.rollout_batch_size, obs_dim + 1, device=device),
-                                        torch.randn(length, args.rollout_batch_size, action_dim, device=device), termination_fn)
+                rollout = model_rollout(
+                    model_fn,
+                    policy_fn,
+                    torch.as_tensor(obs_buf[start], device=device),
+                    torch.as_tensor(members, device=device),
+                    torch.randn(length, args.rollout_batch_size, obs_dim + 1, device=device),
+                    torch.randn(length, args.rollout_batch_size, action_dim, device=device),
+                    termination_fn,
+                )
             valid = rollout.pop("valid").cpu().numpy().reshape(-1)
             for k, v in rollout.items():
                 v = v.cpu().numpy().reshape(length * args.rollout_batch_size, *v.shape[2:])[valid]
@@ -559,24 +638,42 @@ def train(args: Args) -> dict:
                 model_buf[k][slots] = v
             model_ptr = (model_ptr + int(valid.sum())) % args.model_buffer_size
             model_count = min(model_count + int(valid.sum()), args.model_buffer_size)
-            model_losses = {"model_nll": model_nll, "model_holdout_mse": float(holdout_mse[elites].mean()),
-                            "rollout_length": float(length)}
+            model_losses = {
+                "model_nll": model_nll,
+                "model_holdout_mse": float(holdout_mse[elites].mean()),
+                "rollout_length": float(length),
+            }
 
         # ---- updates_per_step SAC steps on mixed batches: n_real real, n_model model transitions
         for _ in range(args.updates_per_step):
             idx_r = np.random.randint(0, global_step, size=n_real)
             idx_m = np.random.randint(0, model_count, size=n_model)
             b_obs = torch.as_tensor(np.concatenate([obs_buf[idx_r], model_buf["obs"][idx_m]]), device=device)
-            b_next_obs = torch.as_tensor(np.concatenate([next_obs_buf[idx_r], model_buf["next_obs"][idx_m]]), device=device)
-            b_actions = torch.as_tensor(np.concatenate([actions_buf[idx_r], model_buf["actions"][idx_m]]), device=device)
-            b_rewards = torch.as_tensor(np.concatenate([rewards_buf[idx_r], model_buf["rewards"][idx_m]]), device=device)
-            b_terminated = torch.as_tensor(np.concatenate([terminated_buf[idx_r], model_buf["terminated"][idx_m]]), device=device)
+            b_next_obs = torch.as_tensor(
+                np.concatenate([next_obs_buf[idx_r], model_buf["next_obs"][idx_m]]), device=device
+            )
+            b_actions = torch.as_tensor(
+                np.concatenate([actions_buf[idx_r], model_buf["actions"][idx_m]]), device=device
+            )
+            b_rewards = torch.as_tensor(
+                np.concatenate([rewards_buf[idx_r], model_buf["rewards"][idx_m]]), device=device
+            )
+            b_terminated = torch.as_tensor(
+                np.concatenate([terminated_buf[idx_r], model_buf["terminated"][idx_m]]), device=device
+            )
             alpha = log_alpha.detach().exp()
 
             with torch.no_grad():
                 next_actions, next_log_prob = actor.sample(b_next_obs)
-                target = soft_q_target(b_rewards, b_terminated, qf1_target(b_next_obs, next_actions),
-                                       qf2_target(b_next_obs, next_actions), next_log_prob, alpha, args.gamma)
+                target = soft_q_target(
+                    b_rewards,
+                    b_terminated,
+                    qf1_target(b_next_obs, next_actions),
+                    qf2_target(b_next_obs, next_actions),
+                    next_log_prob,
+                    alpha,
+                    args.gamma,
+                )
             q1, q2 = qf1(b_obs, b_actions), qf2(b_obs, b_actions)
             qf1_loss, qf2_loss = critic_losses(q1, q2, target)
             q_optimizer.zero_grad()
@@ -599,10 +696,16 @@ def train(args: Args) -> dict:
                 torch._foreach_lerp_(target_params, q_params, args.tau)  # target += tau * (online - target)
 
         if global_step % 100 == 0 or global_step == args.total_timesteps:
-            losses = {"qf1_loss": qf1_loss.item(), "qf2_loss": qf2_loss.item(),
-                      "qf1_values": q1.mean().item(), "qf2_values": q2.mean().item(),
-                      "actor_loss": actor_loss.item(), "alpha": alpha.item(), "alpha_loss": alpha_loss.item(),
-                      **model_losses}
+            losses = {
+                "qf1_loss": qf1_loss.item(),
+                "qf2_loss": qf2_loss.item(),
+                "qf1_values": q1.mean().item(),
+                "qf2_values": q2.mean().item(),
+                "actor_loss": actor_loss.item(),
+                "alpha": alpha.item(),
+                "alpha_loss": alpha_loss.item(),
+                **model_losses,
+            }
             sps = int(global_step / (time.time() - start_time))
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, global_step)
@@ -610,8 +713,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or global_step == args.total_timesteps):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
-                      f"k {length}  alpha {losses['alpha']:.3f}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
+                    f"k {length}  alpha {losses['alpha']:.3f}  SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -629,9 +737,18 @@ def train(args: Args) -> dict:
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
-        torch.save({"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(),
-                    "dynamics": model.state_dict()}, model_path)
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
+        torch.save(
+            {
+                "actor": actor.state_dict(),
+                "qf1": qf1.state_dict(),
+                "qf2": qf2.state_dict(),
+                "dynamics": model.state_dict(),
+            },
+            model_path,
+        )
+        eval_returns = evaluate(
+            model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

@@ -23,6 +23,7 @@ the registered bar is 400 on 3 of seeds 1-5. A default run (tests/benchmark.py, 
 the AMD EPYC (165-243 s two at a time there).
 Reproduce: python algos/muzero_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -40,6 +41,7 @@ import numpy as np
 import optax
 import tyro
 from tensorboardX import SummaryWriter
+
 
 @dataclass
 class Args:
@@ -106,8 +108,18 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=480, num_envs=4, num_simulations=3, unroll_steps=2, td_steps=3, learning_starts=200,
-                  batch_size=16, gradient_steps=1, save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=480,
+    num_envs=4,
+    num_simulations=3,
+    unroll_steps=2,
+    td_steps=3,
+    learning_starts=200,
+    batch_size=16,
+    gradient_steps=1,
+    save_model=True,
+    eval_episodes=2,
+)
 
 EPS = 0.001  # epsilon of the value transform h
 
@@ -123,18 +135,22 @@ def h_inv(y, eps=EPS):
     """The exact inverse of h: solve the quadratic in sqrt(|x| + 1)."""
     # (sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps), rationalised to avoid the float32 cancellation
     root = 2.0 * (jnp.abs(y) + 1.0 + eps) / (jnp.sqrt(1.0 + 4.0 * eps * (jnp.abs(y) + 1.0 + eps)) + 1.0)
-    return jnp.sign(y) * (root ** 2 - 1.0)
+    return jnp.sign(y) * (root**2 - 1.0)
 
 
 def scalar_to_support(x, support_size):
     """Two-hot projection of h(x) onto the integers -support_size..support_size: the two nearest
     atoms share the mass so that the distribution's mean is exactly h(x) (clipped to the support)."""
     y = jnp.clip(h(x), -support_size, support_size)
-    low = jnp.minimum(jnp.floor(y), support_size - 1)  # the lower atom; y = support_size puts all mass on the top one
+    low = jnp.minimum(
+        jnp.floor(y), support_size - 1
+    )  # the lower atom; y = support_size puts all mass on the top one
     upper_weight = (y - low)[..., None]
     low_index = (low + support_size).astype(jnp.int32)
-    return (jax.nn.one_hot(low_index, 2 * support_size + 1) * (1.0 - upper_weight)
-            + jax.nn.one_hot(low_index + 1, 2 * support_size + 1) * upper_weight)
+    return (
+        jax.nn.one_hot(low_index, 2 * support_size + 1) * (1.0 - upper_weight)
+        + jax.nn.one_hot(low_index + 1, 2 * support_size + 1) * upper_weight
+    )
 
 
 def support_to_scalar(logits, support_size):
@@ -184,7 +200,7 @@ def n_step_targets(rewards, values, terminated, truncated, bootstrap_values, gam
     done = jnp.maximum(terminated, truncated)
     keep = 1.0 - done  # 0 at a step that ends the episode
     ones = jnp.ones_like(done[:, :1])
-    alive = jnp.cumprod(jnp.concatenate([ones, keep], 1), 1)            # alive[:, j]: no end before step j
+    alive = jnp.cumprod(jnp.concatenate([ones, keep], 1), 1)  # alive[:, j]: no end before step j
     untruncated = jnp.cumprod(jnp.concatenate([ones, 1.0 - truncated], 1), 1)  # no truncation before step j
     # All K + 1 positions at once: column k of step i reads step t+k+i, with the same operations in
     # the same order as a loop over k (torch gives bit-identical targets; XLA's fusion may round a last
@@ -203,14 +219,30 @@ def n_step_targets(rewards, values, terminated, truncated, bootstrap_values, gam
         z = z + running * discount * step_reward[:, j]
         running = running * keep[:, j]
         discount *= gamma
-    value_targets = z + running * discount * values[:, td_steps:td_steps + positions]
+    value_targets = z + running * discount * values[:, td_steps : td_steps + positions]
     reward_targets = rewards[:, :unroll_steps] * alive[:, :unroll_steps]
-    return (value_targets, reward_targets, alive[:, :unroll_steps + 1], untruncated[:, :unroll_steps + 1],
-            untruncated[:, :unroll_steps])
+    return (
+        value_targets,
+        reward_targets,
+        alive[:, : unroll_steps + 1],
+        untruncated[:, : unroll_steps + 1],
+        untruncated[:, :unroll_steps],
+    )
 
 
-def muzero_loss(policy_logits, value_logits, reward_logits, target_policies, target_values, target_rewards,
-                policy_mask, value_mask, reward_mask, support_size, value_loss_coef):
+def muzero_loss(
+    policy_logits,
+    value_logits,
+    reward_logits,
+    target_policies,
+    target_values,
+    target_rewards,
+    policy_mask,
+    value_mask,
+    reward_mask,
+    support_size,
+    value_loss_coef,
+):
     """Cross-entropies of the K + 1 predictions against the targets, the value and reward targets
     projected two-hot onto the support of h. policy_logits (B, K+1, A), value_logits (B, K+1, S),
     reward_logits (B, K, S). Step 0 weighs 1, each unrolled step 1/K (the paper's gradient scale),
@@ -219,8 +251,12 @@ def muzero_loss(policy_logits, value_logits, reward_logits, target_policies, tar
     weights = jnp.full((unroll_steps + 1,), 1.0 / unroll_steps)
     weights = weights.at[0].set(1.0)
     policy_ce = -(target_policies * jax.nn.log_softmax(policy_logits, -1)).sum(-1)
-    value_ce = -(scalar_to_support(target_values, support_size) * jax.nn.log_softmax(value_logits, -1)).sum(-1)
-    reward_ce = -(scalar_to_support(target_rewards, support_size) * jax.nn.log_softmax(reward_logits, -1)).sum(-1)
+    value_ce = -(scalar_to_support(target_values, support_size) * jax.nn.log_softmax(value_logits, -1)).sum(
+        -1
+    )
+    reward_ce = -(
+        scalar_to_support(target_rewards, support_size) * jax.nn.log_softmax(reward_logits, -1)
+    ).sum(-1)
     policy_loss = (policy_ce * policy_mask * weights).sum(1).mean()
     value_loss = (value_ce * value_mask * weights).sum(1).mean()
     reward_loss = (reward_ce * reward_mask * weights[1:]).sum(1).mean()
@@ -232,7 +268,9 @@ def puct_scores(prior_probs, child_visits, normalised_q, parent_visits, pb_c_ini
     visits, n each child's, Q min-max normalised (0 for an unvisited child). Search takes its argmax.
     mctx.muzero_action_selection computes the same scores inside the jitted search."""
     pb_c = pb_c_init + jnp.log((parent_visits + pb_c_base + 1.0) / pb_c_base)
-    return normalised_q + jnp.sqrt(parent_visits)[..., None] * pb_c[..., None] * prior_probs / (child_visits + 1.0)
+    return normalised_q + jnp.sqrt(parent_visits)[..., None] * pb_c[..., None] * prior_probs / (
+        child_visits + 1.0
+    )
 
 
 def normalise_q(q, visited, q_min, q_max, min_range):
@@ -265,11 +303,25 @@ def min_max_qtransform(tree, node_index, *, min_range):
     edge_q = tree.children_rewards + tree.children_discounts * tree.children_values
     q_min = jnp.where(visited_edges, edge_q, jnp.inf).min()
     q_max = jnp.where(visited_edges, edge_q, -jnp.inf).max()
-    return normalise_q(tree.qvalues(node_index), tree.children_visits[node_index] > 0, q_min, q_max, min_range)
+    return normalise_q(
+        tree.qvalues(node_index), tree.children_visits[node_index] > 0, q_min, q_max, min_range
+    )
 
 
-def run_mcts(recurrent_fn, root_latent, root_logits, root_value, num_simulations, gamma, pb_c_init, pb_c_base,
-             min_q_range, key, dirichlet_fraction=0.0, dirichlet_alpha=0.25):
+def run_mcts(
+    recurrent_fn,
+    root_latent,
+    root_logits,
+    root_value,
+    num_simulations,
+    gamma,
+    pb_c_init,
+    pb_c_base,
+    min_q_range,
+    key,
+    dirichlet_fraction=0.0,
+    dirichlet_alpha=0.25,
+):
     """A batched MCTS in latent space, one tree per environment: mctx.muzero_policy, the PUCT rule,
     mctx's tree arrays (node_visits, node_values, children_index, children_rewards, ...) and its
     conventions (a new node starts with one visit and its predicted value; backups keep running
@@ -277,25 +329,34 @@ def run_mcts(recurrent_fn, root_latent, root_logits, root_value, num_simulations
     next_latent) is called once per simulation for all B trees, inside one jitted loop.
     key: the root's Dirichlet noise (dirichlet_fraction of the prior) and mctx's tie-breaking.
     Returns (root visit counts (B, A), root value (B,))."""
+
     def mctx_recurrent_fn(params, rng_key, action, latent):
         reward, value, logits, next_latent = recurrent_fn(latent, action)
-        return mctx.RecurrentFnOutput(reward=reward, discount=jnp.full_like(reward, gamma), prior_logits=logits,
-                                      value=value), next_latent
+        return mctx.RecurrentFnOutput(
+            reward=reward, discount=jnp.full_like(reward, gamma), prior_logits=logits, value=value
+        ), next_latent
 
     output = mctx.muzero_policy(
-        params=(), rng_key=key, root=mctx.RootFnOutput(prior_logits=root_logits, value=root_value,
-                                                       embedding=root_latent),
-        recurrent_fn=mctx_recurrent_fn, num_simulations=num_simulations,
-        qtransform=partial(min_max_qtransform, min_range=min_q_range), dirichlet_fraction=dirichlet_fraction,
-        dirichlet_alpha=dirichlet_alpha, pb_c_init=pb_c_init, pb_c_base=pb_c_base)
+        params=(),
+        rng_key=key,
+        root=mctx.RootFnOutput(prior_logits=root_logits, value=root_value, embedding=root_latent),
+        recurrent_fn=mctx_recurrent_fn,
+        num_simulations=num_simulations,
+        qtransform=partial(min_max_qtransform, min_range=min_q_range),
+        dirichlet_fraction=dirichlet_fraction,
+        dirichlet_alpha=dirichlet_alpha,
+        pb_c_init=pb_c_init,
+        pb_c_base=pb_c_base,
+    )
     summary = output.search_tree.summary()
     return summary.visit_counts.astype(jnp.float32), summary.value
 
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MuZeroNet(nn.Module):
@@ -304,6 +365,7 @@ class MuZeroNet(nn.Module):
     prediction f: s^k -> (policy logits p^k, value logits v^k). Latents are min-max scaled to [0, 1].
     The three heads start at zero: a uniform prior and reward = value = 0 everywhere, a consistent
     model, so the first searches follow the prior instead of amplifying small random Q differences."""
+
     num_actions: int
     hidden_size: int
     latent_size: int
@@ -311,7 +373,9 @@ class MuZeroNet(nn.Module):
 
     def setup(self):
         atoms = 2 * self.support_size + 1
-        self.representation = nn.Sequential([layer_init(self.hidden_size), nn.elu, layer_init(self.latent_size)])
+        self.representation = nn.Sequential(
+            [layer_init(self.hidden_size), nn.elu, layer_init(self.latent_size)]
+        )
         self.dynamics_trunk = nn.Sequential([layer_init(self.hidden_size), nn.elu])
         self.dynamics_latent = layer_init(self.latent_size)
         self.dynamics_reward = layer_init(atoms, std=0.0)
@@ -344,8 +408,12 @@ class MuZeroNet(nn.Module):
         """The search's model step: (latent, action) -> (scalar reward, scalar value, policy logits, next latent)."""
         next_latent, reward_logits = self.dynamics(latent, action)
         policy_logits, value_logits = self.predict(next_latent)
-        return (support_to_scalar(reward_logits, self.support_size), support_to_scalar(value_logits, self.support_size),
-                policy_logits, next_latent)
+        return (
+            support_to_scalar(reward_logits, self.support_size),
+            support_to_scalar(value_logits, self.support_size),
+            policy_logits,
+            next_latent,
+        )
 
 
 def search(network, args, params, obs, key, temperature=1.0, dirichlet_fraction=0.0, sample=True):
@@ -359,9 +427,20 @@ def search(network, args, params, obs, key, temperature=1.0, dirichlet_fraction=
         return network.apply(params, latent, action, method=MuZeroNet.recurrent_inference)
 
     key, search_key, action_key = jax.random.split(key, 3)
-    visit_counts, root_value = run_mcts(recurrent_fn, latent, logits, value, args.num_simulations,
-                                        args.gamma, args.pb_c_init, args.pb_c_base, args.min_q_range, search_key,
-                                        dirichlet_fraction * sample, args.dirichlet_alpha)
+    visit_counts, root_value = run_mcts(
+        recurrent_fn,
+        latent,
+        logits,
+        value,
+        args.num_simulations,
+        args.gamma,
+        args.pb_c_init,
+        args.pb_c_base,
+        args.min_q_range,
+        search_key,
+        dirichlet_fraction * sample,
+        args.dirichlet_alpha,
+    )
     policy = visit_counts / visit_counts.sum(-1, keepdims=True)
     if not sample:
         actions = visit_counts.argmax(-1)
@@ -390,53 +469,77 @@ def make_envs(env_id, num_envs, scale_obs=True):
         # where the space is unbounded) but divides 0 / 0 on a constant entry; the runs on the docs page
         # were made with this form, (obs - centre) / half_width, and reproduce with it to the digit.
         centre, half_width = obs_scaling(space.low, space.high)
-        scaled_space = gym.spaces.Box((space.low - centre) / half_width, (space.high - centre) / half_width,
-                                      dtype=np.float32)
-        wrappers.append(lambda env: gym.wrappers.TransformObservation(
-            env, lambda obs: ((obs - centre) / half_width).astype(np.float32), scaled_space))
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", wrappers=wrappers,
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+        scaled_space = gym.spaces.Box(
+            (space.low - centre) / half_width, (space.high - centre) / half_width, dtype=np.float32
+        )
+        wrappers.append(
+            lambda env: gym.wrappers.TransformObservation(
+                env, lambda obs: ((obs - centre) / half_width).astype(np.float32), scaled_space
+            )
+        )
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        wrappers=wrappers,
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is stepped or any run directory is written."""
     if args.num_simulations < 1:
-        raise ValueError(f"num_simulations = {args.num_simulations} must be >= 1 (one expansion per simulation)")
+        raise ValueError(
+            f"num_simulations = {args.num_simulations} must be >= 1 (one expansion per simulation)"
+        )
     if args.unroll_steps < 1:
-        raise ValueError(f"unroll_steps = {args.unroll_steps} must be >= 1 (the dynamics network is trained "
-                         f"only through the unroll)")
+        raise ValueError(
+            f"unroll_steps = {args.unroll_steps} must be >= 1 (the dynamics network is trained "
+            f"only through the unroll)"
+        )
     if args.td_steps < 1:
         raise ValueError(f"td_steps = {args.td_steps} must be >= 1")
     window = args.unroll_steps + args.td_steps + 1
     if args.learning_starts // args.num_envs <= window:
-        raise ValueError(f"learning_starts = {args.learning_starts} gives {args.learning_starts // args.num_envs} "
-                         f"steps per env, not more than one window of unroll_steps + td_steps + 1 = {window}")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} gives {args.learning_starts // args.num_envs} "
+            f"steps per env, not more than one window of unroll_steps + td_steps + 1 = {window}"
+        )
     if args.buffer_size // args.num_envs <= window:
         raise ValueError(f"buffer_size = {args.buffer_size} is too small for windows of {window} steps")
     if args.total_timesteps <= args.learning_starts:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} leaves no training after "
-                         f"learning_starts = {args.learning_starts}")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} leaves no training after "
+            f"learning_starts = {args.learning_starts}"
+        )
     env = gym.make(args.env_id)  # env construction only: no step taken
     space, obs_space = env.action_space, env.observation_space
     env.close()
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; MuZero's search here "
-                         f"enumerates Discrete actions. For continuous actions use the model-based "
-                         f"algos/pets_jax.py or algos/mbpo_jax.py (or algos/sac_jax.py)")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; MuZero's search here "
+            f"enumerates Discrete actions. For continuous actions use the model-based "
+            f"algos/pets_jax.py or algos/mbpo_jax.py (or algos/sac_jax.py)"
+        )
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError(f"{args.env_id} has a {obs_space} observation space; this script's MLP "
-                         f"representation needs flat Box observations")
+        raise ValueError(
+            f"{args.env_id} has a {obs_space} observation space; this script's MLP "
+            f"representation needs flat Box observations"
+        )
 
 
 def evaluate(model_path, args, seed):
     """Load the saved parameters into a fresh network; play eval_episodes episodes at once (env i
     seeded seed + i) with the noiseless search, acting on the argmax of the visit counts."""
     envs = make_envs(args.env_id, args.eval_episodes, args.scale_obs)
-    network = MuZeroNet(int(envs.single_action_space.n), args.hidden_size, args.latent_size, args.support_size)
+    network = MuZeroNet(
+        int(envs.single_action_space.n), args.hidden_size, args.latent_size, args.support_size
+    )
     dummy = jnp.zeros((1, int(np.prod(envs.single_observation_space.shape))))
     with open(model_path, "rb") as f:
-        params = flax.serialization.from_bytes(network.init(jax.random.PRNGKey(0), dummy, jnp.zeros(1, jnp.int32)),
-                                               f.read())
+        params = flax.serialization.from_bytes(
+            network.init(jax.random.PRNGKey(0), dummy, jnp.zeros(1, jnp.int32)), f.read()
+        )
     obs, _ = envs.reset(seed=seed)
     totals, finished = np.zeros(args.eval_episodes), np.zeros(args.eval_episodes, dtype=bool)
     act = make_act(network, args)
@@ -458,8 +561,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -485,21 +589,32 @@ def train(args: Args) -> dict:
 
     def loss_fn(params, obs, actions, policies, rewards, values, terminated, truncated, bootstrap_values):
         value_targets, reward_targets, policy_mask, value_mask, reward_mask = n_step_targets(
-            rewards, values, terminated, truncated, bootstrap_values, args.gamma, n, K)
+            rewards, values, terminated, truncated, bootstrap_values, args.gamma, n, K
+        )
         latent = network.apply(params, obs, method=MuZeroNet.represent)
         policy_logits, value_logits = network.apply(params, latent, method=MuZeroNet.predict)
         all_policy, all_value, all_reward = [policy_logits], [value_logits], []
         for k in range(K):
-            latent, reward_logits = network.apply(params, scale_gradient(latent, 0.5), actions[:, k],
-                                                  method=MuZeroNet.dynamics)
+            latent, reward_logits = network.apply(
+                params, scale_gradient(latent, 0.5), actions[:, k], method=MuZeroNet.dynamics
+            )
             policy_logits, value_logits = network.apply(params, latent, method=MuZeroNet.predict)
             all_policy.append(policy_logits)
             all_value.append(value_logits)
             all_reward.append(reward_logits)
         loss, policy_loss, value_loss, reward_loss = muzero_loss(
-            jnp.stack(all_policy, 1), jnp.stack(all_value, 1), jnp.stack(all_reward, 1), policies,
-            value_targets, reward_targets, policy_mask, value_mask, reward_mask, args.support_size,
-            args.value_loss_coef)
+            jnp.stack(all_policy, 1),
+            jnp.stack(all_value, 1),
+            jnp.stack(all_reward, 1),
+            policies,
+            value_targets,
+            reward_targets,
+            policy_mask,
+            value_mask,
+            reward_mask,
+            args.support_size,
+            args.value_loss_coef,
+        )
         return loss, (policy_loss, value_loss, reward_loss)
 
     @jax.jit
@@ -510,7 +625,9 @@ def train(args: Args) -> dict:
         return optax.apply_updates(params, updates), opt_state, loss, aux
 
     act = make_act(network, args)
-    initial_value = jax.jit(lambda params, obs: network.apply(params, obs, method=MuZeroNet.initial_inference)[2])
+    initial_value = jax.jit(
+        lambda params, obs: network.apply(params, obs, method=MuZeroNet.initial_inference)[2]
+    )
 
     # Replay of trajectories: num_envs streams in a ring of rows (row = one vector step). Each row
     # keeps what the targets need: the search's policy and root value, and for a truncated step
@@ -531,8 +648,12 @@ def train(args: Args) -> dict:
     ep_return = np.zeros(args.num_envs)
     ep_length = np.zeros(args.num_envs, dtype=np.int64)
     global_step, last_print, num_updates = 0, 0.0, 0
-    losses = {"loss": float("nan"), "policy_loss": float("nan"), "value_loss": float("nan"),
-              "reward_loss": float("nan")}
+    losses = {
+        "loss": float("nan"),
+        "policy_loss": float("nan"),
+        "value_loss": float("nan"),
+        "reward_loss": float("nan"),
+    }
     start_time = time.time()
     obs = np.asarray(envs.reset(seed=args.seed)[0], dtype=np.float32)
 
@@ -575,13 +696,25 @@ def train(args: Args) -> dict:
             t = (oldest + start[:, None] + np.arange(K + n + 1)) % rows  # (B, K + n + 1)
             e = env[:, None]
             params, opt_state, loss, (policy_loss, value_loss, reward_loss) = update(
-                params, opt_state, obs_rb[t[:, 0], env], actions_rb[t[:, :K], e], policies_rb[t[:, :K + 1], e],
-                rewards_rb[t[:, :-1], e], root_values_rb[t, e], terminated_rb[t[:, :-1], e],
-                truncated_rb[t[:, :-1], e], bootstrap_rb[t[:, :-1], e])
+                params,
+                opt_state,
+                obs_rb[t[:, 0], env],
+                actions_rb[t[:, :K], e],
+                policies_rb[t[:, : K + 1], e],
+                rewards_rb[t[:, :-1], e],
+                root_values_rb[t, e],
+                terminated_rb[t[:, :-1], e],
+                truncated_rb[t[:, :-1], e],
+                bootstrap_rb[t[:, :-1], e],
+            )
             num_updates += 1
             if num_updates % 100 == 0:
-                losses = {"loss": float(loss), "policy_loss": float(policy_loss), "value_loss": float(value_loss),
-                          "reward_loss": float(reward_loss)}
+                losses = {
+                    "loss": float(loss),
+                    "policy_loss": float(policy_loss),
+                    "value_loss": float(value_loss),
+                    "reward_loss": float(reward_loss),
+                }
                 sps = int(global_step / (time.time() - start_time))
                 for name, value in losses.items():
                     writer.add_scalar(f"losses/{name}", value, global_step)
@@ -592,16 +725,25 @@ def train(args: Args) -> dict:
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
             sps = int(global_step / (time.time() - start_time))
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
     envs.close()
     wall_time = time.time() - start_time
     if num_updates > 0:
-        losses = {"loss": float(loss), "policy_loss": float(policy_loss), "value_loss": float(value_loss),
-                  "reward_loss": float(reward_loss)}
+        losses = {
+            "loss": float(loss),
+            "policy_loss": float(policy_loss),
+            "value_loss": float(value_loss),
+            "reward_loss": float(reward_loss),
+        }
     for name, value in losses.items():  # the last update's losses (short runs log fewer than 100 updates)
         writer.add_scalar(f"losses/{name}", value, global_step)
     writer.add_scalar("charts/SPS", int(global_step / wall_time), global_step)

@@ -23,6 +23,7 @@ registered bar is 400 on 3 of seeds 1-5. A default run (tests/benchmark.py, alon
 EPYC (537-611 s two at a time there, before the n-step targets' per-step terms left their loop).
 Reproduce: python algos/muzero_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -103,8 +104,18 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=480, num_envs=4, num_simulations=3, unroll_steps=2, td_steps=3, learning_starts=200,
-                  batch_size=16, gradient_steps=1, save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=480,
+    num_envs=4,
+    num_simulations=3,
+    unroll_steps=2,
+    td_steps=3,
+    learning_starts=200,
+    batch_size=16,
+    gradient_steps=1,
+    save_model=True,
+    eval_episodes=2,
+)
 
 EPS = 0.001  # epsilon of the value transform h
 
@@ -120,18 +131,22 @@ def h_inv(y, eps=EPS):
     """The exact inverse of h: solve the quadratic in sqrt(|x| + 1)."""
     # (sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps), rationalised to avoid the float32 cancellation
     root = 2.0 * (y.abs() + 1.0 + eps) / (torch.sqrt(1.0 + 4.0 * eps * (y.abs() + 1.0 + eps)) + 1.0)
-    return torch.sign(y) * (root ** 2 - 1.0)
+    return torch.sign(y) * (root**2 - 1.0)
 
 
 def scalar_to_support(x, support_size):
     """Two-hot projection of h(x) onto the integers -support_size..support_size: the two nearest
     atoms share the mass so that the distribution's mean is exactly h(x) (clipped to the support)."""
     y = h(x).clamp(-support_size, support_size)
-    low = y.floor().clamp(max=support_size - 1)  # the lower atom; y = support_size puts all mass on the top one
+    low = y.floor().clamp(
+        max=support_size - 1
+    )  # the lower atom; y = support_size puts all mass on the top one
     upper_weight = (y - low).unsqueeze(-1)
     low_index = (low + support_size).long()
-    return (F.one_hot(low_index, 2 * support_size + 1) * (1.0 - upper_weight)
-            + F.one_hot(low_index + 1, 2 * support_size + 1) * upper_weight)
+    return (
+        F.one_hot(low_index, 2 * support_size + 1) * (1.0 - upper_weight)
+        + F.one_hot(low_index + 1, 2 * support_size + 1) * upper_weight
+    )
 
 
 def support_to_scalar(logits, support_size):
@@ -181,7 +196,7 @@ def n_step_targets(rewards, values, terminated, truncated, bootstrap_values, gam
     done = torch.maximum(terminated, truncated)
     keep = 1.0 - done  # 0 at a step that ends the episode
     ones = torch.ones_like(done[:, :1])
-    alive = torch.cumprod(torch.cat([ones, keep], 1), 1)            # alive[:, j]: no end before step j
+    alive = torch.cumprod(torch.cat([ones, keep], 1), 1)  # alive[:, j]: no end before step j
     untruncated = torch.cumprod(torch.cat([ones, 1.0 - truncated], 1), 1)  # no truncation before step j
     # All K + 1 positions at once: column k of step i reads step t+k+i, with the same operations in
     # the same order as a loop over k (torch gives bit-identical targets; XLA's fusion may round a last
@@ -200,14 +215,30 @@ def n_step_targets(rewards, values, terminated, truncated, bootstrap_values, gam
         z = z + running * discount * step_reward[:, j]
         running = running * keep[:, j]
         discount *= gamma
-    value_targets = z + running * discount * values[:, td_steps:td_steps + positions]
+    value_targets = z + running * discount * values[:, td_steps : td_steps + positions]
     reward_targets = rewards[:, :unroll_steps] * alive[:, :unroll_steps]
-    return (value_targets, reward_targets, alive[:, :unroll_steps + 1], untruncated[:, :unroll_steps + 1],
-            untruncated[:, :unroll_steps])
+    return (
+        value_targets,
+        reward_targets,
+        alive[:, : unroll_steps + 1],
+        untruncated[:, : unroll_steps + 1],
+        untruncated[:, :unroll_steps],
+    )
 
 
-def muzero_loss(policy_logits, value_logits, reward_logits, target_policies, target_values, target_rewards,
-                policy_mask, value_mask, reward_mask, support_size, value_loss_coef):
+def muzero_loss(
+    policy_logits,
+    value_logits,
+    reward_logits,
+    target_policies,
+    target_values,
+    target_rewards,
+    policy_mask,
+    value_mask,
+    reward_mask,
+    support_size,
+    value_loss_coef,
+):
     """Cross-entropies of the K + 1 predictions against the targets, the value and reward targets
     projected two-hot onto the support of h. policy_logits (B, K+1, A), value_logits (B, K+1, S),
     reward_logits (B, K, S). Step 0 weighs 1, each unrolled step 1/K (the paper's gradient scale),
@@ -229,7 +260,9 @@ def puct_scores(prior_probs, child_visits, normalised_q, parent_visits, pb_c_ini
     visits, n each child's, Q min-max normalised (0 for an unvisited child). Search takes its argmax.
     Tree arithmetic on numpy arrays: the tree is tiny host-side bookkeeping, not network work."""
     pb_c = pb_c_init + np.log((parent_visits + pb_c_base + 1.0) / pb_c_base)
-    return normalised_q + np.sqrt(parent_visits)[..., None] * pb_c[..., None] * prior_probs / (child_visits + 1.0)
+    return normalised_q + np.sqrt(parent_visits)[..., None] * pb_c[..., None] * prior_probs / (
+        child_visits + 1.0
+    )
 
 
 def normalise_q(q, visited, q_min, q_max, min_range):
@@ -254,8 +287,19 @@ def temperature_schedule(progress):
 
 
 # ----------------------------------------------------------------------------- the search
-def run_mcts(recurrent_fn, root_latent, root_logits, root_value, num_simulations, gamma, pb_c_init, pb_c_base,
-             min_q_range, root_noise=None, dirichlet_fraction=0.0):
+def run_mcts(
+    recurrent_fn,
+    root_latent,
+    root_logits,
+    root_value,
+    num_simulations,
+    gamma,
+    pb_c_init,
+    pb_c_base,
+    min_q_range,
+    root_noise=None,
+    dirichlet_fraction=0.0,
+):
     """A batched MCTS in latent space, one tree per environment, over flat numpy arrays (node 0 =
     root, node s + 1 = the node expanded in simulation s):
       visits (B, N), values (B, N) mean backed-up value, node_rewards (B, N) reward on the edge into
@@ -282,7 +326,7 @@ def run_mcts(recurrent_fn, root_latent, root_logits, root_value, num_simulations
     priors[:, 0], values[:, 0], visits[:, 0], latents[:, 0] = root_prior, root_value, 1.0, root_latent
     for sim in range(num_simulations):
         # ---- selection: walk down by PUCT until the chosen edge has no child yet
-        edge_q = node_rewards + gamma * values                       # Q of the edge into each node
+        edge_q = node_rewards + gamma * values  # Q of the edge into each node
         expanded = visits[:, 1:] > 0
         q_min = np.where(expanded, edge_q[:, 1:], np.inf).min(1)
         q_max = np.where(expanded, edge_q[:, 1:], -np.inf).max(1)
@@ -290,15 +334,17 @@ def run_mcts(recurrent_fn, root_latent, root_logits, root_value, num_simulations
         action = np.zeros(batch, dtype=np.int64)
         searching = np.ones(batch, dtype=bool)
         while searching.any():
-            child = children[rows, node]                              # (B, A)
+            child = children[rows, node]  # (B, A)
             visited = child >= 0
             safe = np.maximum(child, 0)
             child_visits = np.where(visited, visits[rows[:, None], safe], 0.0)
             q = normalise_q(edge_q[rows[:, None], safe], visited, q_min, q_max, min_q_range)
-            scores = puct_scores(priors[rows, node], child_visits, q, visits[rows, node], pb_c_init, pb_c_base)
+            scores = puct_scores(
+                priors[rows, node], child_visits, q, visits[rows, node], pb_c_init, pb_c_base
+            )
             action = np.where(searching, scores.argmax(-1), action)
             next_node = child[rows, action]
-            searching = searching & (next_node >= 0)                  # stop at an unexpanded edge
+            searching = searching & (next_node >= 0)  # stop at an unexpanded edge
             node = np.where(searching, next_node, node)
         # ---- expansion: one batched model call for the chosen (leaf, action) of every tree
         leaf = sim + 1
@@ -314,8 +360,9 @@ def run_mcts(recurrent_fn, root_latent, root_logits, root_value, num_simulations
             backed_up = node_rewards[rows, index] + gamma * backed_up
             parent = parents[rows, index]
             n = visits[rows, parent]
-            values[rows, parent] = np.where(climbing, (values[rows, parent] * n + backed_up) / (n + 1.0),
-                                            values[rows, parent])
+            values[rows, parent] = np.where(
+                climbing, (values[rows, parent] * n + backed_up) / (n + 1.0), values[rows, parent]
+            )
             visits[rows, parent] = np.where(climbing, n + 1.0, n)
             climbing = climbing & (parent != 0)
             index = parent
@@ -348,9 +395,14 @@ class MuZeroNet(nn.Module):
         super().__init__()
         self.num_actions, self.support_size = num_actions, support_size
         atoms = 2 * support_size + 1
-        self.representation = nn.Sequential(layer_init(nn.Linear(obs_dim, hidden_size)), nn.ELU(),
-                                            layer_init(nn.Linear(hidden_size, latent_size)))
-        self.dynamics_trunk = nn.Sequential(layer_init(nn.Linear(latent_size + num_actions, hidden_size)), nn.ELU())
+        self.representation = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ELU(),
+            layer_init(nn.Linear(hidden_size, latent_size)),
+        )
+        self.dynamics_trunk = nn.Sequential(
+            layer_init(nn.Linear(latent_size + num_actions, hidden_size)), nn.ELU()
+        )
         self.dynamics_latent = layer_init(nn.Linear(hidden_size, latent_size))
         self.dynamics_reward = layer_init(nn.Linear(hidden_size, atoms), std=0.0)
         self.prediction_trunk = nn.Sequential(layer_init(nn.Linear(latent_size, hidden_size)), nn.ELU())
@@ -380,8 +432,12 @@ class MuZeroNet(nn.Module):
         """The search's model step: (latent, action) -> (scalar reward, scalar value, policy logits, next latent)."""
         next_latent, reward_logits = self.dynamics(latent, action)
         policy_logits, value_logits = self.predict(next_latent)
-        return (support_to_scalar(reward_logits, self.support_size), support_to_scalar(value_logits, self.support_size),
-                policy_logits, next_latent)
+        return (
+            support_to_scalar(reward_logits, self.support_size),
+            support_to_scalar(value_logits, self.support_size),
+            policy_logits,
+            next_latent,
+        )
 
 
 def search(network, args, obs, rng=None, temperature=1.0, dirichlet_fraction=0.0):
@@ -393,15 +449,27 @@ def search(network, args, obs, rng=None, temperature=1.0, dirichlet_fraction=0.0
     latent, logits, value = (x.cpu().numpy() for x in root)
 
     def recurrent_fn(latent, action):  # numpy in, numpy out: the tree lives on the host
-        out = network.recurrent_inference(torch.as_tensor(latent, device=device), torch.as_tensor(action, device=device))
+        out = network.recurrent_inference(
+            torch.as_tensor(latent, device=device), torch.as_tensor(action, device=device)
+        )
         return tuple(x.cpu().numpy() for x in out)
 
     noise = None
     if rng is not None:
         noise = rng.dirichlet([args.dirichlet_alpha] * logits.shape[-1], logits.shape[0])
-    visit_counts, root_value = run_mcts(recurrent_fn, latent, logits, value, args.num_simulations,
-                                        args.gamma, args.pb_c_init, args.pb_c_base, args.min_q_range, noise,
-                                        dirichlet_fraction)
+    visit_counts, root_value = run_mcts(
+        recurrent_fn,
+        latent,
+        logits,
+        value,
+        args.num_simulations,
+        args.gamma,
+        args.pb_c_init,
+        args.pb_c_base,
+        args.min_q_range,
+        noise,
+        dirichlet_fraction,
+    )
     policy = visit_counts / visit_counts.sum(-1, keepdims=True)
     if rng is None:
         actions = visit_counts.argmax(-1)
@@ -426,50 +494,76 @@ def make_envs(env_id, num_envs, scale_obs=True):
         # where the space is unbounded) but divides 0 / 0 on a constant entry; the runs on the docs page
         # were made with this form, (obs - centre) / half_width, and reproduce with it to the digit.
         centre, half_width = obs_scaling(space.low, space.high)
-        scaled_space = gym.spaces.Box((space.low - centre) / half_width, (space.high - centre) / half_width,
-                                      dtype=np.float32)
-        wrappers.append(lambda env: gym.wrappers.TransformObservation(
-            env, lambda obs: ((obs - centre) / half_width).astype(np.float32), scaled_space))
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", wrappers=wrappers,
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+        scaled_space = gym.spaces.Box(
+            (space.low - centre) / half_width, (space.high - centre) / half_width, dtype=np.float32
+        )
+        wrappers.append(
+            lambda env: gym.wrappers.TransformObservation(
+                env, lambda obs: ((obs - centre) / half_width).astype(np.float32), scaled_space
+            )
+        )
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        wrappers=wrappers,
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is stepped or any run directory is written."""
     if args.num_simulations < 1:
-        raise ValueError(f"num_simulations = {args.num_simulations} must be >= 1 (one expansion per simulation)")
+        raise ValueError(
+            f"num_simulations = {args.num_simulations} must be >= 1 (one expansion per simulation)"
+        )
     if args.unroll_steps < 1:
-        raise ValueError(f"unroll_steps = {args.unroll_steps} must be >= 1 (the dynamics network is trained "
-                         f"only through the unroll)")
+        raise ValueError(
+            f"unroll_steps = {args.unroll_steps} must be >= 1 (the dynamics network is trained "
+            f"only through the unroll)"
+        )
     if args.td_steps < 1:
         raise ValueError(f"td_steps = {args.td_steps} must be >= 1")
     window = args.unroll_steps + args.td_steps + 1
     if args.learning_starts // args.num_envs <= window:
-        raise ValueError(f"learning_starts = {args.learning_starts} gives {args.learning_starts // args.num_envs} "
-                         f"steps per env, not more than one window of unroll_steps + td_steps + 1 = {window}")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} gives {args.learning_starts // args.num_envs} "
+            f"steps per env, not more than one window of unroll_steps + td_steps + 1 = {window}"
+        )
     if args.buffer_size // args.num_envs <= window:
         raise ValueError(f"buffer_size = {args.buffer_size} is too small for windows of {window} steps")
     if args.total_timesteps <= args.learning_starts:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} leaves no training after "
-                         f"learning_starts = {args.learning_starts}")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} leaves no training after "
+            f"learning_starts = {args.learning_starts}"
+        )
     env = gym.make(args.env_id)  # env construction only: no step taken
     space, obs_space = env.action_space, env.observation_space
     env.close()
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; MuZero's search here "
-                         f"enumerates Discrete actions. For continuous actions use the model-based "
-                         f"algos/pets_torch.py or algos/mbpo_torch.py (or algos/sac_torch.py)")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; MuZero's search here "
+            f"enumerates Discrete actions. For continuous actions use the model-based "
+            f"algos/pets_torch.py or algos/mbpo_torch.py (or algos/sac_torch.py)"
+        )
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError(f"{args.env_id} has a {obs_space} observation space; this script's MLP "
-                         f"representation needs flat Box observations")
+        raise ValueError(
+            f"{args.env_id} has a {obs_space} observation space; this script's MLP "
+            f"representation needs flat Box observations"
+        )
 
 
 def evaluate(model_path, args, seed):
     """Load the saved parameters into a fresh network; play eval_episodes episodes at once (env i
     seeded seed + i) with the noiseless search, acting on the argmax of the visit counts."""
     envs = make_envs(args.env_id, args.eval_episodes, args.scale_obs)
-    network = MuZeroNet(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n),
-                        args.hidden_size, args.latent_size, args.support_size)
+    network = MuZeroNet(
+        int(np.prod(envs.single_observation_space.shape)),
+        int(envs.single_action_space.n),
+        args.hidden_size,
+        args.latent_size,
+        args.support_size,
+    )
     network.load_state_dict(torch.load(model_path, map_location="cpu"))
     obs, _ = envs.reset(seed=seed)
     totals, finished = np.zeros(args.eval_episodes), np.zeros(args.eval_episodes, dtype=bool)
@@ -489,8 +583,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -503,7 +598,9 @@ def train(args: Args) -> dict:
     envs = make_envs(args.env_id, args.num_envs, args.scale_obs)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     num_actions = int(envs.single_action_space.n)
-    network = MuZeroNet(obs_dim, num_actions, args.hidden_size, args.latent_size, args.support_size).to(device)
+    network = MuZeroNet(obs_dim, num_actions, args.hidden_size, args.latent_size, args.support_size).to(
+        device
+    )
     optimizer = torch.optim.Adam(network.parameters(), lr=args.learning_rate)
     K, n = args.unroll_steps, args.td_steps
 
@@ -526,8 +623,12 @@ def train(args: Args) -> dict:
     ep_return = np.zeros(args.num_envs)
     ep_length = np.zeros(args.num_envs, dtype=np.int64)
     global_step, last_print, num_updates = 0, 0.0, 0
-    losses = {"loss": float("nan"), "policy_loss": float("nan"), "value_loss": float("nan"),
-              "reward_loss": float("nan")}
+    losses = {
+        "loss": float("nan"),
+        "policy_loss": float("nan"),
+        "value_loss": float("nan"),
+        "reward_loss": float("nan"),
+    }
     start_time = time.time()
     obs = np.asarray(envs.reset(seed=args.seed)[0], dtype=np.float32)
 
@@ -546,7 +647,9 @@ def train(args: Args) -> dict:
         cut = truncated & ~terminated
         if cut.any():
             final_obs = np.stack([infos["final_obs"][i] for i in np.flatnonzero(cut)]).astype(np.float32)
-            bootstrap[cut] = network.initial_inference(torch.as_tensor(final_obs, device=device))[2].cpu().numpy()
+            bootstrap[cut] = (
+                network.initial_inference(torch.as_tensor(final_obs, device=device))[2].cpu().numpy()
+            )
         obs_rb[rb_pos], actions_rb[rb_pos], rewards_rb[rb_pos] = obs, action, reward
         terminated_rb[rb_pos], truncated_rb[rb_pos] = terminated, cut
         bootstrap_rb[rb_pos], root_values_rb[rb_pos], policies_rb[rb_pos] = bootstrap, root_value, policy
@@ -569,12 +672,23 @@ def train(args: Args) -> dict:
             t = (oldest + start[:, None] + np.arange(K + n + 1)) % rows  # (B, K + n + 1)
             e = env[:, None]
             value_targets, reward_targets, policy_mask, value_mask, reward_mask = n_step_targets(
-                *(torch.as_tensor(x, device=device) for x in (rewards_rb[t[:, :-1], e], root_values_rb[t, e],
-                                                terminated_rb[t[:, :-1], e], truncated_rb[t[:, :-1], e],
-                                                bootstrap_rb[t[:, :-1], e])), args.gamma, n, K)
+                *(
+                    torch.as_tensor(x, device=device)
+                    for x in (
+                        rewards_rb[t[:, :-1], e],
+                        root_values_rb[t, e],
+                        terminated_rb[t[:, :-1], e],
+                        truncated_rb[t[:, :-1], e],
+                        bootstrap_rb[t[:, :-1], e],
+                    )
+                ),
+                args.gamma,
+                n,
+                K,
+            )
             b_obs = torch.as_tensor(obs_rb[t[:, 0], env], device=device)
             b_actions = torch.as_tensor(actions_rb[t[:, :K], e], device=device)
-            b_policies = torch.as_tensor(policies_rb[t[:, :K + 1], e], device=device)
+            b_policies = torch.as_tensor(policies_rb[t[:, : K + 1], e], device=device)
 
             latent = network.represent(b_obs)
             policy_logits, value_logits = network.predict(latent)
@@ -586,17 +700,30 @@ def train(args: Args) -> dict:
                 all_value.append(value_logits)
                 all_reward.append(reward_logits)
             loss, policy_loss, value_loss, reward_loss = muzero_loss(
-                torch.stack(all_policy, 1), torch.stack(all_value, 1), torch.stack(all_reward, 1), b_policies,
-                value_targets, reward_targets, policy_mask, value_mask, reward_mask, args.support_size,
-                args.value_loss_coef)
+                torch.stack(all_policy, 1),
+                torch.stack(all_value, 1),
+                torch.stack(all_reward, 1),
+                b_policies,
+                value_targets,
+                reward_targets,
+                policy_mask,
+                value_mask,
+                reward_mask,
+                args.support_size,
+                args.value_loss_coef,
+            )
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(network.parameters(), args.max_grad_norm)
             optimizer.step()
             num_updates += 1
             if num_updates % 100 == 0:
-                losses = {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
-                          "reward_loss": reward_loss.item()}
+                losses = {
+                    "loss": loss.item(),
+                    "policy_loss": policy_loss.item(),
+                    "value_loss": value_loss.item(),
+                    "reward_loss": reward_loss.item(),
+                }
                 sps = int(global_step / (time.time() - start_time))
                 for name, value in losses.items():
                     writer.add_scalar(f"losses/{name}", value, global_step)
@@ -607,16 +734,25 @@ def train(args: Args) -> dict:
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
             sps = int(global_step / (time.time() - start_time))
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
     envs.close()
     wall_time = time.time() - start_time
     if num_updates > 0:
-        losses = {"loss": loss.item(), "policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
-                  "reward_loss": reward_loss.item()}
+        losses = {
+            "loss": loss.item(),
+            "policy_loss": policy_loss.item(),
+            "value_loss": value_loss.item(),
+            "reward_loss": reward_loss.item(),
+        }
     for name, value in losses.items():  # the last update's losses (short runs log fewer than 100 updates)
         writer.add_scalar(f"losses/{name}", value, global_step)
     writer.add_scalar("charts/SPS", int(global_step / wall_time), global_step)

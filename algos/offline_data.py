@@ -60,6 +60,7 @@ experts' returns, the stitch dataset's legs and returns, the checksum catches a 
 cache file (rebuilt), the normalised score on hand numbers, clear errors for unknown names.
 Reproduce (builds every dataset, about 20 s): python algos/offline_data.py
 """
+
 import hashlib
 import io
 import os
@@ -139,7 +140,7 @@ def pendulum_expert(obs: np.ndarray) -> np.ndarray:
     obs = np.atleast_2d(obs)
     cos, sin, theta_dot = obs[:, 0], obs[:, 1], obs[:, 2]
     theta = np.arctan2(sin, cos)  # 0 upright, in (-pi, pi]
-    energy = 0.5 * theta_dot ** 2 + 15.0 * (cos - 1.0)  # 0 upright at rest, -30 hanging at rest
+    energy = 0.5 * theta_dot**2 + 15.0 * (cos - 1.0)  # 0 upright at rest, -30 hanging at rest
     swing = np.clip(-2.0 * energy * np.sign(theta_dot + 1e-6), -2.0, 2.0)  # dE/dt = 3 u theta_dot
     balance = np.clip(-(10.0 * theta + 2.0 * theta_dot), -2.0, 2.0)
     return np.where(cos > 0.9, balance, swing)[:, None].astype(np.float32)
@@ -151,8 +152,11 @@ def pointmaze_expert(obs: np.ndarray, target=STITCH_GOAL) -> np.ndarray:
     return np.clip((target - obs) / STITCH_STEP, -1.0, 1.0).astype(np.float32)
 
 
-EXPERTS = {"CartPole-v1": cartpole_expert, "Pendulum-v1": pendulum_expert,
-           "PointMazeStitch-v0": pointmaze_expert}
+EXPERTS = {
+    "CartPole-v1": cartpole_expert,
+    "Pendulum-v1": pendulum_expert,
+    "PointMazeStitch-v0": pointmaze_expert,
+}
 
 
 def expert_policy(env_id: str):
@@ -175,8 +179,11 @@ def _noisy_policy(env_id, action_space, rng, random_prob, noise_std):
         action = expert(obs[None])[0]
         if isinstance(action_space, gym.spaces.Discrete):
             return int(action)
-        action = action + noise_std * (action_space.high - action_space.low) / 2 * rng.standard_normal(action.shape)
+        action = action + noise_std * (action_space.high - action_space.low) / 2 * rng.standard_normal(
+            action.shape
+        )
         return np.clip(action, action_space.low, action_space.high).astype(np.float32)
+
     return act
 
 
@@ -188,6 +195,7 @@ def _learner_policy(env_id, action_space, rng, gain, sigma):
     def act(obs):
         action = gain * expert(obs[None])[0] + sigma * rng.standard_normal(action_space.shape)
         return np.clip(action, action_space.low, action_space.high).astype(np.float32)
+
     return act
 
 
@@ -200,9 +208,14 @@ def _rollout(env, act, seed, options=None, stop=None, max_steps=None):
         action = act(obs)
         next_obs, reward, terminated, truncated, _ = env.step(action)
         steps += 1
-        cut = truncated or (stop is not None and stop(next_obs)) or (max_steps is not None and steps >= max_steps)
-        for key, value in zip(ARRAY_KEYS, (obs, action, reward, next_obs, float(terminated),
-                                           float(cut and not terminated))):
+        cut = (
+            truncated
+            or (stop is not None and stop(next_obs))
+            or (max_steps is not None and steps >= max_steps)
+        )
+        for key, value in zip(
+            ARRAY_KEYS, (obs, action, reward, next_obs, float(terminated), float(cut and not terminated))
+        ):
             traj[key].append(value)
         if terminated or cut:
             return traj
@@ -243,8 +256,10 @@ def reference_returns(env_id: str, episodes: int = REFERENCE_EPISODES):
         expert_act = lambda obs: int(expert(obs[None])[0])  # noqa: E731
     else:
         expert_act = lambda obs: expert(obs[None])[0]  # noqa: E731
-    return (_mean_return(env_id, random_act, episodes, 50_000),
-            _mean_return(env_id, expert_act, episodes, 60_000))
+    return (
+        _mean_return(env_id, random_act, episodes, 50_000),
+        _mean_return(env_id, expert_act, episodes, 60_000),
+    )
 
 
 # (env id, random-action probability, Gaussian noise std, transitions at least) per dataset;
@@ -280,8 +295,13 @@ def _build_gym_dataset(name, seed):
         progress = min(1.0, count / size)
         if random_prob == "learner":
             # a learner's buffer: one coherent policy per episode, its gain growing, its noise shrinking
-            act = _learner_policy(env_id, env.action_space, rng, LEARNER_GAIN_END * progress,
-                                  LEARNER_NOISE[0] + (LEARNER_NOISE[1] - LEARNER_NOISE[0]) * progress)
+            act = _learner_policy(
+                env_id,
+                env.action_space,
+                rng,
+                LEARNER_GAIN_END * progress,
+                LEARNER_NOISE[0] + (LEARNER_NOISE[1] - LEARNER_NOISE[0]) * progress,
+            )
         else:
             if random_prob == "ramp":
                 # per-step corruption: the first episodes random, later ones close to "medium"
@@ -309,15 +329,17 @@ def _build_stitch_dataset(seed):
         def act(obs):
             action = pointmaze_expert(obs[None], target)[0] + noise_std * rng.standard_normal(2)
             return np.clip(action, -1.0, 1.0).astype(np.float32)
+
         return act
 
-    near = lambda target: (lambda obs: np.linalg.norm(obs - target) < STITCH_RADIUS)  # noqa: E731
+    near = lambda target: lambda obs: np.linalg.norm(obs - target) < STITCH_RADIUS  # noqa: E731
     trajectories = []
     for leg in range(STITCH_LEGS):
         seed_base = seed * 1_000_003 + 3 * leg
         # start -> waypoint: no reward on the way, the collector cuts it at the waypoint (a timeout)
-        trajectories.append(_rollout(env, towards(STITCH_WAYPOINT), seed_base, stop=near(STITCH_WAYPOINT),
-                                     max_steps=30))
+        trajectories.append(
+            _rollout(env, towards(STITCH_WAYPOINT), seed_base, stop=near(STITCH_WAYPOINT), max_steps=30)
+        )
         # waypoint -> goal: +1 and termination at the goal
         start = STITCH_WAYPOINT + rng.uniform(-0.08, 0.08, size=2)
         trajectories.append(_rollout(env, towards(STITCH_GOAL), seed_base + 1, options={"position": start}))
@@ -367,7 +389,9 @@ def _read(path: Path):
             raise ValueError("checksum mismatch")
         return data
     except Exception as error:  # a truncated zip, a missing field, a flipped bit: rebuild
-        warnings.warn(f"offline dataset cache {path} is corrupt ({type(error).__name__}: {error}); rebuilding it")
+        warnings.warn(
+            f"offline dataset cache {path} is corrupt ({type(error).__name__}: {error}); rebuilding it"
+        )
         return None
 
 
@@ -405,9 +429,13 @@ def _check_name(name):
 def dataset_info(name: str, data_dir=None) -> dict:
     """env_id, ref_min_return, ref_max_return, size and whether the actions are discrete."""
     data = load_dataset(name, data_dir)
-    return dict(env_id=str(data["env_id"]), ref_min_return=float(data["ref_min_return"]),
-                ref_max_return=float(data["ref_max_return"]), size=int(len(data["rewards"])),
-                discrete=data["actions"].dtype.kind == "i")
+    return dict(
+        env_id=str(data["env_id"]),
+        ref_min_return=float(data["ref_min_return"]),
+        ref_max_return=float(data["ref_max_return"]),
+        size=int(len(data["rewards"])),
+        discrete=data["actions"].dtype.kind == "i",
+    )
 
 
 def normalized_score(name: str, returns, data_dir=None):
@@ -438,7 +466,9 @@ if __name__ == "__main__":
         data = load_dataset(name)
         info = dataset_info(name)
         returns = episode_returns(data)
-        print(f"{name:18s} {info['size']:6d} transitions {len(returns):4d} trajectories  "
-              f"return mean {returns.mean():8.2f}  normalised {normalized_score(name, returns.mean()):6.1f}  "
-              f"R_random {info['ref_min_return']:8.2f}  R_expert {info['ref_max_return']:8.2f}  "
-              f"({time.time() - start:.1f} s)  {dataset_path(name)}")
+        print(
+            f"{name:18s} {info['size']:6d} transitions {len(returns):4d} trajectories  "
+            f"return mean {returns.mean():8.2f}  normalised {normalized_score(name, returns.mean()):6.1f}  "
+            f"R_random {info['ref_min_return']:8.2f}  R_expert {info['ref_max_return']:8.2f}  "
+            f"({time.time() - start:.1f} s)  {dataset_path(name)}"
+        )

@@ -29,6 +29,7 @@ IQM -155 in each twin, the worst -214 (torch) / -210 (JAX), seed 9. The horizon 
 episode stuck at -1500 in both twins (a short-horizon local optimum, see the docs page).
 Reproduce: python algos/pets_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -93,9 +94,20 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=300, warmup_episodes=1, ensemble_size=2, hidden_size=16, model_updates=5,
-                  horizon=3, population=8, num_elites=2, cem_iterations=2, particles=2,
-                  save_model=True, eval_episodes=1)
+SMOKE_ARGS = dict(
+    total_timesteps=300,
+    warmup_episodes=1,
+    ensemble_size=2,
+    hidden_size=16,
+    model_updates=5,
+    horizon=3,
+    population=8,
+    num_elites=2,
+    cem_iterations=2,
+    particles=2,
+    save_model=True,
+    eval_episodes=1,
+)
 
 MAX_LOGVAR_INIT, MIN_LOGVAR_INIT = 0.5, -10.0
 # The environments whose reward this script knows, as a function of (s, a): see pendulum_reward.
@@ -109,7 +121,7 @@ def pendulum_reward(obs, action):
     angle_normalize), u the torque clipped into [-2, 2]."""
     th = jnp.arctan2(obs[..., 1], obs[..., 0])
     u = jnp.clip(action[..., 0], -2.0, 2.0)
-    return -(th ** 2 + 0.1 * obs[..., 2] ** 2 + 0.001 * u ** 2)
+    return -(th**2 + 0.1 * obs[..., 2] ** 2 + 0.001 * u**2)
 
 
 def soft_bound_logvar(raw, max_logvar, min_logvar):
@@ -180,6 +192,7 @@ class EnsembleLinear(nn.Module):
     """ensemble_size independent linear layers applied at once: x (E, N, in) -> (E, N, out), one
     batched matmul. torch's default weights per member, uniform in +-1/sqrt(fan_in); zero biases
     (the torch twin does the same)."""
+
     ensemble_size: int
     out_features: int
 
@@ -198,6 +211,7 @@ class ProbabilisticEnsemble(nn.Module):
     the mean and the soft-bounded log-variance of a diagonal Gaussian over the normalised target.
     max_logvar / min_logvar are learnable, one per output dimension, shared by the members.
     The normalisation statistics live in a dict `norm` beside the parameters, saved with them."""
+
     ensemble_size: int
     out_dim: int
     hidden_size: int
@@ -210,7 +224,7 @@ class ProbabilisticEnsemble(nn.Module):
         out = EnsembleLinear(self.ensemble_size, 2 * self.out_dim)(x)
         max_logvar = self.param("max_logvar", nn.initializers.constant(MAX_LOGVAR_INIT), (self.out_dim,))
         min_logvar = self.param("min_logvar", nn.initializers.constant(MIN_LOGVAR_INIT), (self.out_dim,))
-        mean, raw = out[..., :self.out_dim], out[..., self.out_dim:]
+        mean, raw = out[..., : self.out_dim], out[..., self.out_dim :]
         return mean, soft_bound_logvar(raw, max_logvar, min_logvar)
 
 
@@ -246,8 +260,10 @@ def make_fit(model, optimizer, bound_coef):
             loss, grads = jax.value_and_grad(loss_fn)(params, x[batch_idx], y[batch_idx])
             updates, opt_state = optimizer.update(grads, opt_state)
             return (optax.apply_updates(params, updates), opt_state), loss
+
         (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), idx)
         return params, opt_state, losses[-1]
+
     return fit
 
 
@@ -261,8 +277,12 @@ def fit_ensemble(model, fit, params, opt_state, inputs, targets, num_updates, ba
     x = (jnp.asarray(inputs) - norm["in_mean"]) / norm["in_std"]
     y = (jnp.asarray(targets) - norm["out_mean"]) / norm["out_std"]
     bootstrap = rng.integers(0, n, size=(E, n))
-    idx = np.stack([np.take_along_axis(bootstrap, rng.integers(0, n, size=(E, batch_size)), 1)
-                    for _ in range(num_updates)])
+    idx = np.stack(
+        [
+            np.take_along_axis(bootstrap, rng.integers(0, n, size=(E, batch_size)), 1)
+            for _ in range(num_updates)
+        ]
+    )
     params, opt_state, loss = fit(params, opt_state, x, y, jnp.asarray(idx))
     return params, opt_state, norm, float(loss)
 
@@ -271,8 +291,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -289,7 +313,9 @@ def transition_next_obs(next_obs, infos):
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.ensemble_size < 1:
-        raise ValueError(f"ensemble_size = {args.ensemble_size}: the dynamics ensemble needs at least one member")
+        raise ValueError(
+            f"ensemble_size = {args.ensemble_size}: the dynamics ensemble needs at least one member"
+        )
     if args.horizon < 1:
         raise ValueError(f"horizon = {args.horizon}: the MPC must plan at least one step ahead")
     if args.cem_iterations < 1 or args.particles < 1 or args.warmup_episodes < 1 or args.model_updates < 1:
@@ -297,15 +323,21 @@ def check_args(args):
     if not 1 <= args.num_elites <= args.population:
         raise ValueError(f"num_elites = {args.num_elites} must be in [1, population = {args.population}]")
     if (args.population * args.particles) % args.ensemble_size:
-        raise ValueError(f"population * particles = {args.population * args.particles} is not a multiple of "
-                         f"ensemble_size = {args.ensemble_size} (TS-1 splits the particles evenly over the members)")
+        raise ValueError(
+            f"population * particles = {args.population * args.particles} is not a multiple of "
+            f"ensemble_size = {args.ensemble_size} (TS-1 splits the particles evenly over the members)"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
+        )
     if args.env_id not in KNOWN_REWARDS:
-        raise ValueError(f"PETS plans with the task's known reward function; this script knows it for "
-                         f"{', '.join(KNOWN_REWARDS)} only, not {args.env_id}")
+        raise ValueError(
+            f"PETS plans with the task's known reward function; this script knows it for "
+            f"{', '.join(KNOWN_REWARDS)} only, not {args.env_id}"
+        )
 
 
 class Planner:
@@ -333,8 +365,11 @@ class Planner:
             perm_key, eps_key = jax.random.split(jax.random.fold_in(key, t))
             perm = jax.random.permutation(perm_key, actions.shape[0])
             x = ts1_group(jnp.concatenate([state, actions[:, t]], -1), perm, E)
-            delta = ensemble_sample(self.model, params, norm, x, jax.random.normal(eps_key, (E, x.shape[1], state.shape[-1])))
+            delta = ensemble_sample(
+                self.model, params, norm, x, jax.random.normal(eps_key, (E, x.shape[1], state.shape[-1]))
+            )
             return (state + ts1_ungroup(delta, perm), total), None
+
         (_, total), _ = jax.lax.scan(step, (state, jnp.zeros(actions.shape[0])), jnp.arange(a.horizon))
         return total.reshape(-1, P).mean(1)
 
@@ -342,14 +377,26 @@ class Planner:
         a = self.args
         key, noise_key, returns_key = jax.random.split(key, 3)
         noise = jax.random.normal(noise_key, (a.cem_iterations, a.population, a.horizon, self.low.shape[0]))
-        objective = lambda samples, i: self.returns(params, norm, obs, samples, jax.random.fold_in(returns_key, i))
-        mean = cem_optimize(objective, prev_mean, jnp.broadcast_to(self.init_std, prev_mean.shape),
-                            self.low, self.high, noise, a.num_elites, a.cem_smoothing)
+        objective = lambda samples, i: self.returns(
+            params, norm, obs, samples, jax.random.fold_in(returns_key, i)
+        )
+        mean = cem_optimize(
+            objective,
+            prev_mean,
+            jnp.broadcast_to(self.init_std, prev_mean.shape),
+            self.low,
+            self.high,
+            noise,
+            a.num_elites,
+            a.cem_smoothing,
+        )
         return mean[0], shift_mean(mean, self.fill), key
 
     def act(self, params, norm, obs):
         """Plan from obs (obs_dim,), return the first action; keep the shifted mean for the next step."""
-        action, self.mean, self.key = self.plan(params, norm, jnp.asarray(obs, dtype=jnp.float32), self.mean, self.key)
+        action, self.mean, self.key = self.plan(
+            params, norm, jnp.asarray(obs, dtype=jnp.float32), self.mean, self.key
+        )
         return np.asarray(action)
 
     def reset(self):
@@ -362,8 +409,12 @@ def evaluate(model_path, env_id, eval_episodes, seed, args):
     space = env.action_space
     obs_dim, action_dim = int(np.prod(env.observation_space.shape)), int(np.prod(space.shape))
     model = ProbabilisticEnsemble(args.ensemble_size, obs_dim, args.hidden_size)
-    template = {"params": model.init(jax.random.PRNGKey(0), jnp.zeros((args.ensemble_size, 1, obs_dim + action_dim))),
-                "norm": make_normalizer(np.zeros((2, obs_dim + action_dim), np.float32), np.zeros((2, obs_dim), np.float32))}
+    template = {
+        "params": model.init(jax.random.PRNGKey(0), jnp.zeros((args.ensemble_size, 1, obs_dim + action_dim))),
+        "norm": make_normalizer(
+            np.zeros((2, obs_dim + action_dim), np.float32), np.zeros((2, obs_dim), np.float32)
+        ),
+    }
     with open(model_path, "rb") as f:
         saved = flax.serialization.from_bytes(template, f.read())
     planner = Planner(model, args, space.low, space.high, jax.random.PRNGKey(seed))
@@ -392,8 +443,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -450,12 +502,23 @@ def train(args: Args) -> dict:
 
             # ---- after each episode (past the warm-up): fit the ensemble on all the data so far
             if len(episode_returns) >= args.warmup_episodes and global_step < args.total_timesteps:
-                params, opt_state, norm, loss = fit_ensemble(model, fit, params, opt_state, inputs_buf[:global_step],
-                                                             targets_buf[:global_step], args.model_updates,
-                                                             args.model_batch_size, rng)
+                params, opt_state, norm, loss = fit_ensemble(
+                    model,
+                    fit,
+                    params,
+                    opt_state,
+                    inputs_buf[:global_step],
+                    targets_buf[:global_step],
+                    args.model_updates,
+                    args.model_batch_size,
+                    rng,
+                )
                 model_fitted = True
-                losses = {"model_loss": loss, "max_logvar": float(params["params"]["max_logvar"].mean()),
-                          "min_logvar": float(params["params"]["min_logvar"].mean())}
+                losses = {
+                    "model_loss": loss,
+                    "max_logvar": float(params["params"]["max_logvar"].mean()),
+                    "min_logvar": float(params["params"]["min_logvar"].mean()),
+                }
                 for name, value in losses.items():
                     writer.add_scalar(f"losses/{name}", value, global_step)
 
@@ -465,8 +528,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or global_step == args.total_timesteps):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(5) {mean_recent:7.1f}  "
-                      f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(5) {mean_recent:7.1f}  "
+                    f"SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 

@@ -29,6 +29,7 @@ IQM -155 in each twin, the worst -214 (torch) / -210 (JAX), seed 9. The horizon 
 episode stuck at -1500 in both twins (a short-horizon local optimum, see the docs page).
 Reproduce: python algos/pets_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -91,9 +92,20 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=300, warmup_episodes=1, ensemble_size=2, hidden_size=16, model_updates=5,
-                  horizon=3, population=8, num_elites=2, cem_iterations=2, particles=2,
-                  save_model=True, eval_episodes=1)
+SMOKE_ARGS = dict(
+    total_timesteps=300,
+    warmup_episodes=1,
+    ensemble_size=2,
+    hidden_size=16,
+    model_updates=5,
+    horizon=3,
+    population=8,
+    num_elites=2,
+    cem_iterations=2,
+    particles=2,
+    save_model=True,
+    eval_episodes=1,
+)
 
 MAX_LOGVAR_INIT, MIN_LOGVAR_INIT = 0.5, -10.0
 # The environments whose reward this script knows, as a function of (s, a): see pendulum_reward.
@@ -107,7 +119,7 @@ def pendulum_reward(obs, action):
     angle_normalize), u the torque clipped into [-2, 2]."""
     th = torch.atan2(obs[..., 1], obs[..., 0])
     u = torch.clamp(action[..., 0], -2.0, 2.0)
-    return -(th ** 2 + 0.1 * obs[..., 2] ** 2 + 0.001 * u ** 2)
+    return -(th**2 + 0.1 * obs[..., 2] ** 2 + 0.001 * u**2)
 
 
 def soft_bound_logvar(raw, max_logvar, min_logvar):
@@ -182,7 +194,9 @@ class EnsembleLinear(nn.Module):
     def __init__(self, ensemble_size, in_features, out_features):
         super().__init__()
         bound = 1.0 / np.sqrt(in_features)
-        self.weight = nn.Parameter(torch.empty(ensemble_size, in_features, out_features).uniform_(-bound, bound))
+        self.weight = nn.Parameter(
+            torch.empty(ensemble_size, in_features, out_features).uniform_(-bound, bound)
+        )
         self.bias = nn.Parameter(torch.zeros(ensemble_size, 1, out_features))
 
     def forward(self, x):
@@ -198,10 +212,14 @@ class ProbabilisticEnsemble(nn.Module):
     def __init__(self, ensemble_size, in_dim, out_dim, hidden_size):
         super().__init__()
         self.ensemble_size, self.out_dim = ensemble_size, out_dim
-        self.layers = nn.ModuleList([EnsembleLinear(ensemble_size, in_dim, hidden_size),
-                                     EnsembleLinear(ensemble_size, hidden_size, hidden_size),
-                                     EnsembleLinear(ensemble_size, hidden_size, hidden_size),
-                                     EnsembleLinear(ensemble_size, hidden_size, 2 * out_dim)])
+        self.layers = nn.ModuleList(
+            [
+                EnsembleLinear(ensemble_size, in_dim, hidden_size),
+                EnsembleLinear(ensemble_size, hidden_size, hidden_size),
+                EnsembleLinear(ensemble_size, hidden_size, hidden_size),
+                EnsembleLinear(ensemble_size, hidden_size, 2 * out_dim),
+            ]
+        )
         self.max_logvar = nn.Parameter(torch.full((out_dim,), MAX_LOGVAR_INIT))
         self.min_logvar = nn.Parameter(torch.full((out_dim,), MIN_LOGVAR_INIT))
         for name, dim in (("in_mean", in_dim), ("out_mean", out_dim)):
@@ -214,7 +232,7 @@ class ProbabilisticEnsemble(nn.Module):
         for layer in self.layers[:-1]:
             x = F.silu(layer(x))
         out = self.layers[-1](x)
-        mean, raw = out[..., :self.out_dim], out[..., self.out_dim:]
+        mean, raw = out[..., : self.out_dim], out[..., self.out_dim :]
         return mean, soft_bound_logvar(raw, self.max_logvar, self.min_logvar)
 
     def set_normalizer(self, inputs, targets):
@@ -242,7 +260,9 @@ def fit_ensemble(model, optimizer, inputs, targets, num_updates, batch_size, bou
     bootstrap = torch.as_tensor(rng.integers(0, n, size=(E, n)), device=device)
     loss = torch.zeros((), device=device)
     for _ in range(num_updates):
-        idx = torch.gather(bootstrap, 1, torch.as_tensor(rng.integers(0, n, size=(E, batch_size)), device=device))
+        idx = torch.gather(
+            bootstrap, 1, torch.as_tensor(rng.integers(0, n, size=(E, batch_size)), device=device)
+        )
         mean, logvar = model(x[idx])
         loss = ensemble_loss(mean, logvar, y[idx], model.max_logvar, model.min_logvar, bound_coef)
         optimizer.zero_grad()
@@ -255,8 +275,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -273,7 +297,9 @@ def transition_next_obs(next_obs, infos):
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.ensemble_size < 1:
-        raise ValueError(f"ensemble_size = {args.ensemble_size}: the dynamics ensemble needs at least one member")
+        raise ValueError(
+            f"ensemble_size = {args.ensemble_size}: the dynamics ensemble needs at least one member"
+        )
     if args.horizon < 1:
         raise ValueError(f"horizon = {args.horizon}: the MPC must plan at least one step ahead")
     if args.cem_iterations < 1 or args.particles < 1 or args.warmup_episodes < 1 or args.model_updates < 1:
@@ -281,15 +307,21 @@ def check_args(args):
     if not 1 <= args.num_elites <= args.population:
         raise ValueError(f"num_elites = {args.num_elites} must be in [1, population = {args.population}]")
     if (args.population * args.particles) % args.ensemble_size:
-        raise ValueError(f"population * particles = {args.population * args.particles} is not a multiple of "
-                         f"ensemble_size = {args.ensemble_size} (TS-1 splits the particles evenly over the members)")
+        raise ValueError(
+            f"population * particles = {args.population * args.particles} is not a multiple of "
+            f"ensemble_size = {args.ensemble_size} (TS-1 splits the particles evenly over the members)"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Box actions. For discrete actions use algos/dqn_torch.py or algos/ppo_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Box actions. For discrete actions use algos/dqn_torch.py or algos/ppo_torch.py"
+        )
     if args.env_id not in KNOWN_REWARDS:
-        raise ValueError(f"PETS plans with the task's known reward function; this script knows it for "
-                         f"{', '.join(KNOWN_REWARDS)} only, not {args.env_id}")
+        raise ValueError(
+            f"PETS plans with the task's known reward function; this script knows it for "
+            f"{', '.join(KNOWN_REWARDS)} only, not {args.env_id}"
+        )
 
 
 class Planner:
@@ -298,7 +330,10 @@ class Planner:
     def __init__(self, model, args, low, high):
         self.model, self.args = model, args
         self.device = model.in_mean.device  # plan where the model lives
-        self.low, self.high = torch.as_tensor(low, device=self.device), torch.as_tensor(high, device=self.device)
+        self.low, self.high = (
+            torch.as_tensor(low, device=self.device),
+            torch.as_tensor(high, device=self.device),
+        )
         self.fill = (self.low + self.high) / 2.0
         self.init_std = (self.high - self.low) / 4.0
         self.mean = self.fill.repeat(args.horizon, 1)
@@ -324,8 +359,16 @@ class Planner:
         a = self.args
         obs = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
         noise = torch.randn(a.cem_iterations, a.population, a.horizon, self.low.shape[0], device=self.device)
-        mean = cem_optimize(lambda samples, i: self.returns(obs, samples), self.mean, self.init_std.expand_as(self.mean),
-                            self.low, self.high, noise, a.num_elites, a.cem_smoothing)
+        mean = cem_optimize(
+            lambda samples, i: self.returns(obs, samples),
+            self.mean,
+            self.init_std.expand_as(self.mean),
+            self.low,
+            self.high,
+            noise,
+            a.num_elites,
+            a.cem_smoothing,
+        )
         self.mean = shift_mean(mean, self.fill)
         return mean[0].cpu().numpy()
 
@@ -361,8 +404,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -378,7 +422,9 @@ def train(args: Args) -> dict:
     space = envs.single_action_space
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(space.shape))
-    model = ProbabilisticEnsemble(args.ensemble_size, obs_dim + action_dim, obs_dim, args.hidden_size).to(device)
+    model = ProbabilisticEnsemble(args.ensemble_size, obs_dim + action_dim, obs_dim, args.hidden_size).to(
+        device
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.model_lr)
     planner = Planner(model, args, space.low, space.high)
 
@@ -418,12 +464,23 @@ def train(args: Args) -> dict:
             # ---- after each episode (past the warm-up): fit the ensemble on all the data so far
             if len(episode_returns) >= args.warmup_episodes and global_step < args.total_timesteps:
                 model.train()
-                loss = fit_ensemble(model, optimizer, inputs_buf[:global_step], targets_buf[:global_step],
-                                    args.model_updates, args.model_batch_size, args.logvar_bound_coef, rng)
+                loss = fit_ensemble(
+                    model,
+                    optimizer,
+                    inputs_buf[:global_step],
+                    targets_buf[:global_step],
+                    args.model_updates,
+                    args.model_batch_size,
+                    args.logvar_bound_coef,
+                    rng,
+                )
                 model.eval()
                 model_fitted = True
-                losses = {"model_loss": loss, "max_logvar": model.max_logvar.mean().item(),
-                          "min_logvar": model.min_logvar.mean().item()}
+                losses = {
+                    "model_loss": loss,
+                    "max_logvar": model.max_logvar.mean().item(),
+                    "min_logvar": model.min_logvar.mean().item(),
+                }
                 for name, value in losses.items():
                     writer.add_scalar(f"losses/{name}", value, global_step)
 
@@ -433,8 +490,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or global_step == args.total_timesteps):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(5) {mean_recent:7.1f}  "
-                      f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(5) {mean_recent:7.1f}  "
+                    f"SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 

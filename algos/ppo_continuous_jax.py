@@ -20,12 +20,12 @@ between -155 and -214 on Pendulum-v1 at 200k steps with --num-envs 4 --num-steps
 --learning-rate 1e-3 (registered at >= -300).
 Reproduce: python algos/ppo_continuous_jax.py --seed 1
 """
+
 import os
 import random
 import sys
 import time
 from dataclasses import asdict, dataclass
-
 from functools import partial
 
 import flax.linen as nn
@@ -88,8 +88,15 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=512, num_envs=2, num_steps=128, num_minibatches=4, update_epochs=2,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=512,
+    num_envs=2,
+    num_steps=128,
+    num_minibatches=4,
+    update_epochs=2,
+    save_model=True,
+    eval_episodes=2,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -112,8 +119,9 @@ def compute_gae(rewards, values, dones, last_value, gamma, lam):
         advantage = delta + gamma * lam * not_done * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value),
-                                 (rewards, values, next_values, dones), reverse=True)
+    _, advantages = jax.lax.scan(
+        step, jnp.zeros_like(last_value), (rewards, values, next_values, dones), reverse=True
+    )
     return advantages, advantages + values
 
 
@@ -146,7 +154,7 @@ def gaussian_log_prob(mean, log_std, actions):
         sum_i [ -0.5 ((a_i - mu_i) / sigma_i)^2 - log sigma_i - 0.5 log(2 pi) ].
     log_std broadcasts against mean (a (A,) vector for a state-independent std)."""
     z = (actions - mean) / jnp.exp(log_std)
-    return (-0.5 * z ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    return (-0.5 * z**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
 
 
 def gaussian_entropy(log_std):
@@ -171,7 +179,7 @@ class RunningMeanStd:
         batch_mean, batch_var, batch_count = x.mean(axis=0), x.var(axis=0), x.shape[0]
         delta = batch_mean - self.mean
         total = self.count + batch_count
-        m2 = self.var * self.count + batch_var * batch_count + delta ** 2 * self.count * batch_count / total
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
         self.mean = self.mean + delta * batch_count / total
         self.var = m2 / total
         self.count = total
@@ -184,12 +192,14 @@ def normalize_obs(obs, mean, var, clip=10.0):
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MLP(nn.Module):
     """64-64 tanh trunk and a linear head; the actor and the critic are two separate MLPs."""
+
     out_dim: int
     head_std: float
 
@@ -214,9 +224,11 @@ class Agent:
     def init(self, key):
         actor_key, critic_key = jax.random.split(key)
         dummy = jnp.zeros((1, self.obs_dim))
-        return {"actor_mean": self.actor_mean.init(actor_key, dummy),
-                "actor_logstd": jnp.zeros(self.action_dim),
-                "critic": self.critic.init(critic_key, dummy)}
+        return {
+            "actor_mean": self.actor_mean.init(actor_key, dummy),
+            "actor_logstd": jnp.zeros(self.action_dim),
+            "critic": self.critic.init(critic_key, dummy),
+        }
 
     def get_value(self, params, obs):
         return self.critic.apply(params["critic"], obs).squeeze(-1)
@@ -244,23 +256,33 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for continuous (Box) actions. For discrete actions use algos/ppo_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for continuous (Box) actions. For discrete actions use algos/ppo_jax.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -269,8 +291,12 @@ def evaluate(model_path, env_id, eval_episodes, seed):
     env = gym.make(env_id)
     obs_dim = int(np.prod(env.observation_space.shape))
     agent = Agent(obs_dim, int(np.prod(env.action_space.shape)))
-    target = {"params": agent.init(jax.random.PRNGKey(0)), "obs_mean": np.zeros(obs_dim),
-              "obs_var": np.ones(obs_dim), "obs_count": np.zeros(())}
+    target = {
+        "params": agent.init(jax.random.PRNGKey(0)),
+        "obs_mean": np.zeros(obs_dim),
+        "obs_var": np.ones(obs_dim),
+        "obs_count": np.zeros(()),
+    }
     with open(model_path, "rb") as f:
         saved = flax.serialization.from_bytes(target, f.read())
     params, obs_mean, obs_var = saved["params"], np.asarray(saved["obs_mean"]), np.asarray(saved["obs_var"])
@@ -299,8 +325,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -320,11 +347,15 @@ def train(args: Args) -> dict:
     updates_per_iteration = args.update_epochs * args.num_minibatches
     if args.anneal_lr:
         # The same per-iteration staircase as the torch twin: lr * (1 - (iteration - 1) / iterations).
-        schedule = lambda count: args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        schedule = lambda count: (
+            args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        )
     else:
         schedule = args.learning_rate
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm),
-                            optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5),
+    )
     opt_state = optimizer.init(params)
 
     # Running statistics: observations (per feature) and the discounted return (for the reward scale).
@@ -338,20 +369,26 @@ def train(args: Args) -> dict:
         if args.norm_adv:
             mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std(ddof=1) + 1e-8)
         pg_loss = ppo_policy_loss(logp, mb["logps"], mb_adv, args.clip_coef)
-        v_loss = ppo_value_loss(value, mb["values"], mb["returns"],
-                                args.clip_coef if args.clip_vloss else None)
+        v_loss = ppo_value_loss(
+            value, mb["values"], mb["returns"], args.clip_coef if args.clip_vloss else None
+        )
         entropy_loss = entropy.mean()
         loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
         logratio = logp - mb["logps"]
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
-                 # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
-                 "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
-                 "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean()}
+        stats = {
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": entropy_loss,
+            # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
+            "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
+            "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean(),
+        }
         return loss, stats
 
     @jax.jit
     def update(params, opt_state, batch, key):
         """The whole update, epochs x minibatches, as one jitted call (two nested lax.scans)."""
+
         def minibatch_step(carry, mb):
             params, opt_state = carry
             grads, stats = jax.grad(loss_fn, has_aux=True)(params, mb)
@@ -360,7 +397,9 @@ def train(args: Args) -> dict:
 
         def epoch_step(carry, epoch_key):
             perm = jax.random.permutation(epoch_key, batch_size)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch)
+            shuffled = jax.tree.map(
+                lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch
+            )
             return jax.lax.scan(minibatch_step, carry, shuffled)
 
         key, *epoch_keys = jax.random.split(key, args.update_epochs + 1)
@@ -397,7 +436,8 @@ def train(args: Args) -> dict:
             # The environment gets the action clipped to its bounds; the buffer keeps the sample
             # itself, whose log-prob is the one the ratio needs.
             raw_obs, reward, terminated, truncated, infos = envs.step(
-                np.clip(action, action_low, action_high))
+                np.clip(action, action_low, action_high)
+            )
             ep_return += reward
             ep_length += 1
             done = terminated | truncated
@@ -412,7 +452,9 @@ def train(args: Args) -> dict:
             # this step's scaled reward; the done flag then cuts the recursion as for a termination.
             only_truncated = truncated & ~terminated
             if only_truncated.any():
-                final_obs = normalize_obs(np.stack(infos["final_obs"][only_truncated]), obs_rms.mean, obs_rms.var)
+                final_obs = normalize_obs(
+                    np.stack(infos["final_obs"][only_truncated]), obs_rms.mean, obs_rms.var
+                )
                 scaled_reward[only_truncated] += args.gamma * np.asarray(get_value(params, final_obs))
             rewards_buf[step] = scaled_reward
             dones_buf[step] = done
@@ -427,13 +469,19 @@ def train(args: Args) -> dict:
 
         # ---- advantages (bootstrap from the observation after the rollout)
         last_value = get_value(params, next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- update: epochs x minibatches over the flattened batch
-        batch = {"obs": obs_buf.reshape(batch_size, obs_dim), "actions": actions_buf.reshape(batch_size, action_dim),
-                 "logps": logps_buf.reshape(-1), "advantages": advantages.reshape(-1),
-                 "returns": returns.reshape(-1), "values": values_buf.reshape(-1)}
+        batch = {
+            "obs": obs_buf.reshape(batch_size, obs_dim),
+            "actions": actions_buf.reshape(batch_size, action_dim),
+            "logps": logps_buf.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+            "values": values_buf.reshape(-1),
+        }
         params, opt_state, stats, key = update(params, opt_state, batch, key)
         learning_rate = opt_state[1].hyperparams["learning_rate"]  # the rate this update used
 
@@ -449,8 +497,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -469,8 +522,16 @@ def train(args: Args) -> dict:
         # The policy was trained on normalised observations: its statistics are part of the model.
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
-            f.write(flax.serialization.to_bytes({"params": params, "obs_mean": obs_rms.mean,
-                                                 "obs_var": obs_rms.var, "obs_count": np.asarray(obs_rms.count)}))
+            f.write(
+                flax.serialization.to_bytes(
+                    {
+                        "params": params,
+                        "obs_mean": obs_rms.mean,
+                        "obs_var": obs_rms.var,
+                        "obs_count": np.asarray(obs_rms.count),
+                    }
+                )
+            )
         eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)

@@ -20,6 +20,7 @@ between -155 and -214 on Pendulum-v1 at 200k steps with --num-envs 4 --num-steps
 --learning-rate 1e-3 (registered at >= -300).
 Reproduce: python algos/ppo_continuous_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -83,8 +84,15 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=512, num_envs=2, num_steps=128, num_minibatches=4, update_epochs=2,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=512,
+    num_envs=2,
+    num_steps=128,
+    num_minibatches=4,
+    update_epochs=2,
+    save_model=True,
+    eval_episodes=2,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -139,7 +147,7 @@ def gaussian_log_prob(mean, log_std, actions):
         sum_i [ -0.5 ((a_i - mu_i) / sigma_i)^2 - log sigma_i - 0.5 log(2 pi) ].
     log_std broadcasts against mean (a (A,) vector for a state-independent std)."""
     z = (actions - mean) / torch.exp(log_std)
-    return (-0.5 * z ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    return (-0.5 * z**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
 
 
 def gaussian_entropy(log_std):
@@ -164,7 +172,7 @@ class RunningMeanStd:
         batch_mean, batch_var, batch_count = x.mean(axis=0), x.var(axis=0), x.shape[0]
         delta = batch_mean - self.mean
         total = self.count + batch_count
-        m2 = self.var * self.count + batch_var * batch_count + delta ** 2 * self.count * batch_count / total
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
         self.mean = self.mean + delta * batch_count / total
         self.var = m2 / total
         self.count = total
@@ -187,8 +195,10 @@ class MLP(nn.Sequential):
 
     def __init__(self, in_dim, out_dim, head_std):
         super().__init__(
-            layer_init(nn.Linear(in_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(in_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, out_dim), std=head_std),
         )
 
@@ -226,23 +236,33 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for continuous (Box) actions. For discrete actions use algos/ppo_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for continuous (Box) actions. For discrete actions use algos/ppo_torch.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -278,8 +298,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -334,7 +355,8 @@ def train(args: Args) -> dict:
             # The environment gets the action clipped to its bounds; the buffer keeps the sample
             # itself, whose log-prob is the one the ratio needs.
             raw_obs, reward, terminated, truncated, infos = envs.step(
-                np.clip(action.cpu().numpy(), action_low, action_high))
+                np.clip(action.cpu().numpy(), action_low, action_high)
+            )
             ep_return += reward
             ep_length += 1
             done = terminated | truncated
@@ -349,9 +371,13 @@ def train(args: Args) -> dict:
             # this step's scaled reward; the done flag then cuts the recursion as for a termination.
             only_truncated = truncated & ~terminated
             if only_truncated.any():
-                final_obs = normalize_obs(np.stack(infos["final_obs"][only_truncated]), obs_rms.mean, obs_rms.var)
+                final_obs = normalize_obs(
+                    np.stack(infos["final_obs"][only_truncated]), obs_rms.mean, obs_rms.var
+                )
                 with torch.no_grad():
-                    scaled_reward[only_truncated] += args.gamma * agent.get_value(torch.as_tensor(final_obs, device=device)).cpu().numpy()
+                    scaled_reward[only_truncated] += (
+                        args.gamma * agent.get_value(torch.as_tensor(final_obs, device=device)).cpu().numpy()
+                    )
             rewards_buf[step] = torch.as_tensor(scaled_reward, device=device)
             dones_buf[step] = torch.as_tensor(done, dtype=torch.float32, device=device)
             obs_rms.update(raw_obs)
@@ -366,25 +392,31 @@ def train(args: Args) -> dict:
         # ---- advantages (bootstrap from the observation after the rollout)
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- update: epochs x minibatches over the flattened batch
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_actions, b_logps = actions_buf.reshape(batch_size, action_dim), logps_buf.reshape(-1)
-        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values_buf.reshape(-1)
+        b_advantages, b_returns, b_values = (
+            advantages.reshape(-1),
+            returns.reshape(-1),
+            values_buf.reshape(-1),
+        )
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
         for epoch in range(args.update_epochs):
             perm = torch.randperm(batch_size, device=device)
             for start in range(0, batch_size, minibatch_size):
-                mb = perm[start:start + minibatch_size]
+                mb = perm[start : start + minibatch_size]
                 logp, entropy, value = agent.evaluate_actions(b_obs[mb], b_actions[mb])
                 mb_adv = b_advantages[mb]
                 if args.norm_adv:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 pg_loss = ppo_policy_loss(logp, b_logps[mb], mb_adv, args.clip_coef)
-                v_loss = ppo_value_loss(value, b_values[mb], b_returns[mb],
-                                        args.clip_coef if args.clip_vloss else None)
+                v_loss = ppo_value_loss(
+                    value, b_values[mb], b_returns[mb], args.clip_coef if args.clip_vloss else None
+                )
                 entropy_loss = entropy.mean()
                 loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
                 optimizer.zero_grad()
@@ -402,7 +434,9 @@ def train(args: Args) -> dict:
 
         num_updates = args.update_epochs * args.num_minibatches
         var_returns = b_returns.var().item()
-        explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        explained_var = (
+            np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        )
         sps = int(global_step / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         for name, total in stats.items():
@@ -412,8 +446,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -431,9 +470,15 @@ def train(args: Args) -> dict:
     if args.save_model:
         # The policy was trained on normalised observations: its statistics are part of the model.
         model_path = os.path.join(run_dir, "model.pt")
-        torch.save({"agent": agent.state_dict(), "obs_mean": torch.as_tensor(obs_rms.mean),
-                    "obs_var": torch.as_tensor(obs_rms.var), "obs_count": torch.tensor(obs_rms.count)},
-                   model_path)
+        torch.save(
+            {
+                "agent": agent.state_dict(),
+                "obs_mean": torch.as_tensor(obs_rms.mean),
+                "obs_var": torch.as_tensor(obs_rms.var),
+                "obs_count": torch.tensor(obs_rms.count),
+            },
+            model_path,
+        )
         eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)

@@ -23,6 +23,7 @@ single-device smoke run (tests/smoke). The update's math (compute_gae, the losse
 algos/ppo_jax.py's, verified there.
 Reproduce: XLA_FLAGS=--xla_force_host_platform_device_count=2 python algos/ppo_ddp_jax.py --seed 1 --num-envs 4
 """
+
 import os
 import random
 import sys
@@ -114,8 +115,9 @@ def compute_gae(rewards, values, dones, last_value, gamma, lam):
         advantage = delta + gamma * lam * not_done * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value),
-                                 (rewards, values, next_values, dones), reverse=True)
+    _, advantages = jax.lax.scan(
+        step, jnp.zeros_like(last_value), (rewards, values, next_values, dones), reverse=True
+    )
     return advantages, advantages + values
 
 
@@ -164,11 +166,15 @@ def make_optimizer(args, num_iterations):
     updates_per_iteration = args.update_epochs * args.num_minibatches
     if args.anneal_lr:
         # The same per-iteration staircase as the torch twin: lr * (1 - (iteration - 1) / iterations).
-        schedule = lambda count: args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        schedule = lambda count: (
+            args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        )
     else:
         schedule = args.learning_rate
-    return optax.chain(optax.clip_by_global_norm(args.max_grad_norm),
-                       optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5))
+    return optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5),
+    )
 
 
 def ppo_loss(agent, args, params, mb):
@@ -177,15 +183,18 @@ def ppo_loss(agent, args, params, mb):
     if args.norm_adv:
         mb_adv = normalize_advantages(mb_adv)
     pg_loss = ppo_policy_loss(logp, mb["logps"], mb_adv, args.clip_coef)
-    v_loss = ppo_value_loss(value, mb["values"], mb["returns"],
-                            args.clip_coef if args.clip_vloss else None)
+    v_loss = ppo_value_loss(value, mb["values"], mb["returns"], args.clip_coef if args.clip_vloss else None)
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
     logratio = logp - mb["logps"]
-    stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
-             # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
-             "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
-             "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean()}
+    stats = {
+        "policy_loss": pg_loss,
+        "value_loss": v_loss,
+        "entropy": entropy_loss,
+        # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
+        "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
+        "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean(),
+    }
     return loss, stats
 
 
@@ -213,6 +222,7 @@ def ppo_update(agent, optimizer, args, num_shards, params, opt_state, batch, key
             x = x.reshape((num_shards, shard_size) + x.shape[1:])[:, perm]
             x = x.reshape((num_shards, args.num_minibatches, minibatch_size) + x.shape[2:]).swapaxes(0, 1)
             return x.reshape((args.num_minibatches, num_shards * minibatch_size) + x.shape[3:])
+
         return jax.lax.scan(minibatch_step, carry, jax.tree.map(minibatches, batch))
 
     key, *epoch_keys = jax.random.split(key, args.update_epochs + 1)
@@ -222,12 +232,14 @@ def ppo_update(agent, optimizer, args, num_shards, params, opt_state, batch, key
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MLP(nn.Module):
     """64-64 tanh trunk and a linear head; the actor and the critic are two separate MLPs."""
+
     out_dim: int
     head_std: float
 
@@ -278,23 +290,33 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -328,17 +350,28 @@ def train(args: Args) -> dict:
         # device blocks, a replicated one is whole on every device.
         num_shards = len(devices)
         mesh = Mesh(np.array(devices), ("batch",))
-        sharded, replicated = NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
-        batch_size = args.num_envs * args.num_steps  # one device's share; the global batch is num_shards times it
+        sharded, replicated = (
+            NamedSharding(mesh, PartitionSpec("batch")),
+            NamedSharding(mesh, PartitionSpec()),
+        )
+        batch_size = (
+            args.num_envs * args.num_steps
+        )  # one device's share; the global batch is num_shards times it
         num_iterations = args.total_timesteps // (batch_size * num_shards)
         if num_iterations < 1:
-            raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout of "
-                             f"{num_shards} workers (devices * num_envs * num_steps = {batch_size * num_shards})")
+            raise ValueError(
+                f"total_timesteps = {args.total_timesteps} is less than one rollout of "
+                f"{num_shards} workers (devices * num_envs * num_steps = {batch_size * num_shards})"
+            )
         script = os.path.basename(__file__).removesuffix(".py")
         run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
         writer = SummaryWriter(run_dir)  # one process: it logs alone, as the torch twin's rank 0
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                        "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()) + f"\n|world_size|{num_shards}|")
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n"
+            + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+            + f"\n|world_size|{num_shards}|",
+        )
 
         # Seeding: python, numpy, jax and the environments (env i of device d gets seed + d * num_envs + i:
         # one vector env, device d's environments a contiguous block). One key for the whole run: the
@@ -407,19 +440,28 @@ def train(args: Args) -> dict:
 
             # ---- advantages (bootstrap from the observation after the rollout): per env column
             last_value = get_value(params, next_obs)
-            advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                              args.gamma, args.gae_lambda)
+            advantages, returns = compute_gae(
+                rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+            )
 
             # ---- update: epochs x minibatches over the flattened batch, sharded device-major
-            rollout = {"obs": obs_buf, "actions": actions_buf, "logps": logps_buf,
-                       "advantages": np.asarray(advantages), "returns": np.asarray(returns), "values": values_buf}
+            rollout = {
+                "obs": obs_buf,
+                "actions": actions_buf,
+                "logps": logps_buf,
+                "advantages": np.asarray(advantages),
+                "returns": np.asarray(returns),
+                "values": values_buf,
+            }
             batch = jax.device_put({k: shard_major(v, num_shards) for k, v in rollout.items()}, sharded)
             params, opt_state, stats, key = update(params, opt_state, batch, key)
             learning_rate = opt_state[1].hyperparams["learning_rate"]  # the rate this update used
 
             b_returns, b_values = rollout["returns"].reshape(-1), rollout["values"].reshape(-1)
             var_returns = b_returns.var(ddof=1)  # explained variance of the whole batch
-            explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var(ddof=1) / var_returns
+            explained_var = (
+                np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var(ddof=1) / var_returns
+            )
             sps = int(global_step / (time.time() - start_time))
             writer.add_scalar("charts/learning_rate", float(learning_rate), global_step)
             for name, value in stats.items():
@@ -429,8 +471,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                      f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                    f"SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if args.progress:
             print(file=sys.stderr)
 

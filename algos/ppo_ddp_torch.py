@@ -22,6 +22,7 @@ normalisation included); a torchrun run with 2 processes; the single-process smo
 (tests/smoke). The update's math (compute_gae, the losses) is algos/ppo_torch.py's, verified there.
 Reproduce: torchrun --nproc_per_node=2 algos/ppo_ddp_torch.py --seed 1 --num-envs 4
 """
+
 import os
 import random
 import sys
@@ -171,7 +172,7 @@ def draw_minibatches(generator, batch_size, num_minibatches, update_epochs, num_
     for epoch in range(update_epochs):
         perm = torch.randperm(shard_size, generator=generator)
         for start in range(0, shard_size, minibatch_size):
-            minibatches.append((offsets + perm[start:start + minibatch_size]).reshape(-1))
+            minibatches.append((offsets + perm[start : start + minibatch_size]).reshape(-1))
     return minibatches
 
 
@@ -190,8 +191,9 @@ def ppo_update(model, optimizer, batch, minibatches, args):
     for mb, mb_adv in zip(minibatches, mb_advs):
         logp, entropy, value = model(batch["obs"][mb], batch["actions"][mb])
         pg_loss = ppo_policy_loss(logp, batch["logps"][mb], mb_adv, args.clip_coef)
-        v_loss = ppo_value_loss(value, batch["values"][mb], batch["returns"][mb],
-                                args.clip_coef if args.clip_vloss else None)
+        v_loss = ppo_value_loss(
+            value, batch["values"][mb], batch["returns"][mb], args.clip_coef if args.clip_vloss else None
+        )
         entropy_loss = entropy.mean()
         loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
         optimizer.zero_grad()
@@ -221,8 +223,10 @@ class MLP(nn.Sequential):
 
     def __init__(self, in_dim, out_dim, head_std):
         super().__init__(
-            layer_init(nn.Linear(in_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(in_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, out_dim), std=head_std),
         )
 
@@ -265,23 +269,33 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+        )
 
 
 def setup_distributed(args):
@@ -326,15 +340,21 @@ def train(args: Args) -> dict:
     batch_size = args.num_envs * args.num_steps  # this rank's share; the global batch is world_size times it
     num_iterations = args.total_timesteps // (batch_size * world_size)
     if num_iterations < 1:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout of "
-                         f"{world_size} workers (world_size * num_envs * num_steps = {batch_size * world_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout of "
+            f"{world_size} workers (world_size * num_envs * num_steps = {batch_size * world_size})"
+        )
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = None
     if rank == 0:  # only rank 0 logs: one run directory, one curve, no N copies of every scalar
         writer = SummaryWriter(run_dir)
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                        "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()) + f"\n|world_size|{world_size}|")
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n"
+            + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+            + f"\n|world_size|{world_size}|",
+        )
 
     # Seeding: python, numpy, torch and the environments, offset per rank (env i of rank r gets
     # seed + r * num_envs + i: every environment of the run has its own seed). The minibatch
@@ -351,8 +371,11 @@ def train(args: Args) -> dict:
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     agent = Agent(obs_dim, int(envs.single_action_space.n)).to(device)
     # DDP broadcasts rank 0's initial parameters to every rank, then all-reduces gradients in backward.
-    model = DistributedDataParallel(agent, device_ids=[device.index] if device.type == "cuda" else None) \
-        if dist.is_initialized() else agent
+    model = (
+        DistributedDataParallel(agent, device_ids=[device.index] if device.type == "cuda" else None)
+        if dist.is_initialized()
+        else agent
+    )
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # Rollout storage, (T, N, ...), on the device (CleanRL's layout).
@@ -368,7 +391,9 @@ def train(args: Args) -> dict:
     ep_length = np.zeros(args.num_envs, dtype=np.int64)
     global_step, last_print = 0, 0.0
     start_time = time.time()
-    next_obs = torch.as_tensor(envs.reset(seed=args.seed + rank * args.num_envs)[0], dtype=torch.float32, device=device)
+    next_obs = torch.as_tensor(
+        envs.reset(seed=args.seed + rank * args.num_envs)[0], dtype=torch.float32, device=device
+    )
 
     for iteration in range(1, num_iterations + 1):
         if args.anneal_lr:
@@ -393,7 +418,9 @@ def train(args: Args) -> dict:
             reward = reward.astype(np.float32)
             only_truncated = truncated & ~terminated
             if only_truncated.any():
-                final_obs = torch.as_tensor(np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device)
+                final_obs = torch.as_tensor(
+                    np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device
+                )
                 with torch.no_grad():
                     reward[only_truncated] += args.gamma * agent.get_value(final_obs).cpu().numpy()
             rewards_buf[step] = torch.as_tensor(reward, device=device)
@@ -416,14 +443,22 @@ def train(args: Args) -> dict:
         # ---- advantages (bootstrap from the observation after the rollout): per rank, per env
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- update: epochs x minibatches over the flattened batch, gradients averaged over ranks
-        batch = {"obs": obs_buf.reshape(batch_size, obs_dim), "actions": actions_buf.reshape(-1),
-                 "logps": logps_buf.reshape(-1), "advantages": advantages.reshape(-1),
-                 "returns": returns.reshape(-1), "values": values_buf.reshape(-1)}
-        minibatches = draw_minibatches(shuffle_generator, batch_size, args.num_minibatches, args.update_epochs)
+        batch = {
+            "obs": obs_buf.reshape(batch_size, obs_dim),
+            "actions": actions_buf.reshape(-1),
+            "logps": logps_buf.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+            "values": values_buf.reshape(-1),
+        }
+        minibatches = draw_minibatches(
+            shuffle_generator, batch_size, args.num_minibatches, args.update_epochs
+        )
         stats = ppo_update(model, optimizer, batch, minibatches, args)
         # The logged losses: this rank's sums averaged over the ranks (one all-reduce per rollout).
         reduced = all_reduce_sum(torch.tensor(list(stats.values()), device=device)) / world_size
@@ -432,7 +467,9 @@ def train(args: Args) -> dict:
         num_updates = args.update_epochs * args.num_minibatches
         b_returns, b_values = batch["returns"], batch["values"]
         var_returns = b_returns.var().item()  # explained variance of rank 0's share of the batch
-        explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        explained_var = (
+            np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        )
         sps = int(global_step / (time.time() - start_time))
         if rank == 0:
             writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
@@ -443,8 +480,13 @@ def train(args: Args) -> dict:
         if rank == 0 and args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if rank == 0 and args.progress:
         print(file=sys.stderr)
 

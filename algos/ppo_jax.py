@@ -13,6 +13,7 @@ learning: a 20-episode mean return >= 475 on CartPole-v1 at 400k steps on every 
 (pytest -m learning; measured 500 on seeds 1-10), 2 of seeds 1-3 >= 450 in the default suite.
 Reproduce: python algos/ppo_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -103,8 +104,9 @@ def compute_gae(rewards, values, dones, last_value, gamma, lam):
         advantage = delta + gamma * lam * not_done * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value),
-                                 (rewards, values, next_values, dones), reverse=True)
+    _, advantages = jax.lax.scan(
+        step, jnp.zeros_like(last_value), (rewards, values, next_values, dones), reverse=True
+    )
     return advantages, advantages + values
 
 
@@ -134,12 +136,14 @@ def ppo_value_loss(values, values_old, returns, clip_coef):
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MLP(nn.Module):
     """64-64 tanh trunk and a linear head; the actor and the critic are two separate MLPs."""
+
     out_dim: int
     head_std: float
 
@@ -190,23 +194,33 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -239,8 +253,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -258,11 +273,15 @@ def train(args: Args) -> dict:
     updates_per_iteration = args.update_epochs * args.num_minibatches
     if args.anneal_lr:
         # The same per-iteration staircase as the torch twin: lr * (1 - (iteration - 1) / iterations).
-        schedule = lambda count: args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        schedule = lambda count: (
+            args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        )
     else:
         schedule = args.learning_rate
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm),
-                            optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.inject_hyperparams(optax.adam)(learning_rate=schedule, eps=1e-5),
+    )
     opt_state = optimizer.init(params)
 
     def loss_fn(params, mb):
@@ -271,20 +290,26 @@ def train(args: Args) -> dict:
         if args.norm_adv:
             mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std(ddof=1) + 1e-8)
         pg_loss = ppo_policy_loss(logp, mb["logps"], mb_adv, args.clip_coef)
-        v_loss = ppo_value_loss(value, mb["values"], mb["returns"],
-                                args.clip_coef if args.clip_vloss else None)
+        v_loss = ppo_value_loss(
+            value, mb["values"], mb["returns"], args.clip_coef if args.clip_vloss else None
+        )
         entropy_loss = entropy.mean()
         loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
         logratio = logp - mb["logps"]
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
-                 # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
-                 "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
-                 "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean()}
+        stats = {
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": entropy_loss,
+            # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
+            "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
+            "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean(),
+        }
         return loss, stats
 
     @jax.jit
     def update(params, opt_state, batch, key):
         """The whole update, epochs x minibatches, as one jitted call (two nested lax.scans)."""
+
         def minibatch_step(carry, mb):
             params, opt_state = carry
             grads, stats = jax.grad(loss_fn, has_aux=True)(params, mb)
@@ -293,7 +318,9 @@ def train(args: Args) -> dict:
 
         def epoch_step(carry, epoch_key):
             perm = jax.random.permutation(epoch_key, batch_size)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch)
+            shuffled = jax.tree.map(
+                lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch
+            )
             return jax.lax.scan(minibatch_step, carry, shuffled)
 
         key, *epoch_keys = jax.random.split(key, args.update_epochs + 1)
@@ -349,13 +376,19 @@ def train(args: Args) -> dict:
 
         # ---- advantages (bootstrap from the observation after the rollout)
         last_value = get_value(params, next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- update: epochs x minibatches over the flattened batch
-        batch = {"obs": obs_buf.reshape(batch_size, obs_dim), "actions": actions_buf.reshape(-1),
-                 "logps": logps_buf.reshape(-1), "advantages": advantages.reshape(-1),
-                 "returns": returns.reshape(-1), "values": values_buf.reshape(-1)}
+        batch = {
+            "obs": obs_buf.reshape(batch_size, obs_dim),
+            "actions": actions_buf.reshape(-1),
+            "logps": logps_buf.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+            "values": values_buf.reshape(-1),
+        }
         params, opt_state, stats, key = update(params, opt_state, batch, key)
         learning_rate = opt_state[1].hyperparams["learning_rate"]  # the rate this update used
 
@@ -371,8 +404,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 

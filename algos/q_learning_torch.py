@@ -19,6 +19,7 @@ on slippery FrozenLake-v1 the greedy policy's exact value from the start state i
 optimum at 200k steps, seeds 1-3.
 Reproduce: python algos/q_learning_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -125,8 +126,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def mdp_from_env(env):
@@ -152,11 +157,15 @@ def check_args(args):
         raise ValueError(f"lr_power = {args.lr_power}: the Robbins-Monro conditions need 0.5 < lr_power <= 1")
     env = gym.make(args.env_id)  # env construction only: no step taken
     if not isinstance(env.action_space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(env.action_space).__name__} action space; tabular "
-                         f"Q-learning needs Discrete actions. For continuous actions use algos/ppo_continuous_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(env.action_space).__name__} action space; tabular "
+            f"Q-learning needs Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+        )
     if not isinstance(env.observation_space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(env.observation_space).__name__} observation space; "
-                         f"a table needs Discrete states. With function approximation use algos/dqn_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(env.observation_space).__name__} observation space; "
+            f"a table needs Discrete states. With function approximation use algos/dqn_torch.py"
+        )
     env.close()
 
 
@@ -189,8 +198,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -234,7 +244,9 @@ def train(args: Args) -> dict:
 
     for iteration in range(1, num_iterations + 1):
         global_step += args.num_envs
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        epsilon = linear_schedule(
+            args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
+        )
         actions = act(Q, states, epsilon)
         obs, reward, terminated, truncated, infos = envs.step(actions.numpy())
         ep_return += reward
@@ -246,9 +258,15 @@ def train(args: Args) -> dict:
         next_states = np.array(obs)
         if done.any():
             next_states[done] = infos["final_obs"][done].astype(np.int64)
-        Q, counts, td, step_sizes = learn(Q, counts, states, actions, torch.as_tensor(reward, dtype=torch.float32),
-                                          torch.as_tensor(next_states, dtype=torch.int64),
-                                          torch.as_tensor(terminated, dtype=torch.float32))
+        Q, counts, td, step_sizes = learn(
+            Q,
+            counts,
+            states,
+            actions,
+            torch.as_tensor(reward, dtype=torch.float32),
+            torch.as_tensor(next_states, dtype=torch.int64),
+            torch.as_tensor(terminated, dtype=torch.float32),
+        )
         states = torch.as_tensor(obs, dtype=torch.int64)
 
         for i in np.flatnonzero(done):
@@ -268,8 +286,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.3f}  "
-                      f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.3f}  "
+                    f"SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
     envs.close()
@@ -281,7 +304,9 @@ def train(args: Args) -> dict:
     summary = {
         "episodic_returns": episode_returns,
         "final_mean_return": float(np.mean(recent)) if recent else float("nan"),
-        "greedy_mean_return": float(np.mean(run_policy(env, greedy.numpy(), args.rollout_episodes, args.seed))),
+        "greedy_mean_return": float(
+            np.mean(run_policy(env, greedy.numpy(), args.rollout_episodes, args.seed))
+        ),
         "sps": global_step / wall_time,
         "wall_time": wall_time,
         "global_step": global_step,
@@ -296,8 +321,11 @@ def train(args: Args) -> dict:
         achieved = float(start @ policy_value(P, R, greedy, args.gamma))
         writer.add_scalar("charts/optimal_start_value", optimal, global_step)
         writer.add_scalar("charts/greedy_start_value", achieved, global_step)
-        summary.update(optimal_start_value=optimal, greedy_start_value=achieved,
-                       optimality_ratio=achieved / optimal if optimal != 0 else float("nan"))
+        summary.update(
+            optimal_start_value=optimal,
+            greedy_start_value=achieved,
+            optimality_ratio=achieved / optimal if optimal != 0 else float("nan"),
+        )
     env.close()
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")

@@ -23,6 +23,7 @@ to the scalar target, twin parity, bad alpha refused, the training loop's branch
 (tests/unit/test_advantage_learning.py); why it is off here: docs/algorithms/dqn.md, the ninth round.
 Reproduce: python algos/qr_dqn_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -100,8 +101,14 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=1500, learning_starts=500, target_network_frequency=100, tau=0.5,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=1500,
+    learning_starts=500,
+    target_network_frequency=100,
+    tau=0.5,
+    save_model=True,
+    eval_episodes=2,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -126,7 +133,7 @@ def n_step_transition(window, gamma):
     target. Plain python, the same in both twins."""
     ret = 0.0
     for t, (_, _, reward, _, _) in enumerate(window):
-        ret += gamma ** t * float(reward)
+        ret += gamma**t * float(reward)
     _, _, _, next_obs, terminated = window[-1]
     return window[0][0], window[0][1], ret, next_obs, float(terminated), gamma ** len(window)
 
@@ -147,7 +154,9 @@ def advantage_learning_shift(q_target_obs, actions, alpha):
     by the constant, so the target's mean is the scalar advantage-learning target (our extension; the
     papers define the scalar operator only). q_target_obs: (B, A) expected values of the target
     network at s; actions: (B,) the taken actions. Returns the (B,) shift; alpha = 0 gives zeros."""
-    return alpha * (q_target_obs.max(axis=-1) - jnp.take_along_axis(q_target_obs, actions[:, None], axis=-1).squeeze(-1))
+    return alpha * (
+        q_target_obs.max(axis=-1) - jnp.take_along_axis(q_target_obs, actions[:, None], axis=-1).squeeze(-1)
+    )
 
 
 def quantile_huber_loss(pred, target, taus, kappa):
@@ -160,7 +169,7 @@ def quantile_huber_loss(pred, target, taus, kappa):
     u = target[:, None, :] - pred[:, :, None]  # (B, N, M)
     abs_u = jnp.abs(u)
     if kappa > 0:
-        huber = jnp.where(abs_u <= kappa, 0.5 * u ** 2, kappa * (abs_u - 0.5 * kappa)) / kappa
+        huber = jnp.where(abs_u <= kappa, 0.5 * u**2, kappa * (abs_u - 0.5 * kappa)) / kappa
     else:
         huber = abs_u
     weight = jnp.abs(taus[None, :, None] - (u < 0))
@@ -177,13 +186,15 @@ def count_gradient_steps(total_timesteps, num_envs, learning_starts, train_frequ
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class QNetwork(nn.Module):
     """128-128 ReLU MLP, LayerNorm before each hidden ReLU (unless layer_norm is False):
     observation -> n_quantiles quantiles of the return per action, (B, A, N)."""
+
     num_actions: int
     n_quantiles: int
     layer_norm: bool = True
@@ -212,10 +223,12 @@ def exploration_draws(num_steps, num_envs, num_actions, key):
     coin < epsilon, decided on the host) and a uniform random action. Why in blocks: drawn one step
     at a time, inside the jitted act, the threefry draws cost more than the forward pass
     (docs/algorithms/dqn.md, Speed). Returns (coins, random_actions, key), each (num_steps, num_envs)."""
+
     def one_step(key, _):
         key, explore_key, action_key = jax.random.split(key, 3)
         coins = jax.random.uniform(explore_key, (num_envs,))
         return key, (coins, jax.random.randint(action_key, (num_envs,), 0, num_actions))
+
     key, (coins, random_actions) = jax.lax.scan(one_step, key, None, length=num_steps)
     return coins, random_actions, key
 
@@ -230,8 +243,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -250,11 +267,15 @@ def check_args(args):
     if args.batch_size > args.buffer_size:
         raise ValueError(f"batch_size = {args.batch_size} is larger than buffer_size = {args.buffer_size}")
     if args.learning_starts < args.batch_size:
-        raise ValueError(f"learning_starts = {args.learning_starts} is less than one batch "
-                         f"(batch_size = {args.batch_size})")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} is less than one batch "
+            f"(batch_size = {args.batch_size})"
+        )
     if args.total_timesteps <= args.learning_starts:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} leaves no training after "
-                         f"learning_starts = {args.learning_starts}")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} leaves no training after "
+            f"learning_starts = {args.learning_starts}"
+        )
     if args.n_quantiles < 1 or args.kappa < 0:
         raise ValueError(f"need n_quantiles >= 1 and kappa >= 0, got {args.n_quantiles}, {args.kappa}")
     if args.n_step < 1:
@@ -265,16 +286,17 @@ def check_args(args):
         raise ValueError(f"al_alpha = {args.al_alpha} must be in [0, 1) (0 is the QR-DQN target)")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/sac_jax.py, "
-                         f"algos/td3_jax.py or algos/ddpg_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/sac_jax.py, "
+            f"algos/td3_jax.py or algos/ddpg_jax.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, n_quantiles, layer_norm):
     """Load the saved parameters into a fresh network; run the greedy (argmax) policy."""
     env = gym.make(env_id)
-    q_network = QNetwork(int(env.action_space.n), n_quantiles,
-                         layer_norm=layer_norm)
+    q_network = QNetwork(int(env.action_space.n), n_quantiles, layer_norm=layer_norm)
     dummy = jnp.zeros((1, int(np.prod(env.observation_space.shape))))
     with open(model_path, "rb") as f:
         params = flax.serialization.from_bytes(q_network.init(jax.random.PRNGKey(0), dummy), f.read())
@@ -297,13 +319,15 @@ def evaluate(model_path, env_id, eval_episodes, seed, n_quantiles, layer_norm):
 def train(args: Args) -> dict:
     check_args(args)
     num_iterations = args.total_timesteps // args.num_envs
-    num_gradient_steps = count_gradient_steps(args.total_timesteps, args.num_envs, args.learning_starts,
-                                              args.train_frequency)
+    num_gradient_steps = count_gradient_steps(
+        args.total_timesteps, args.num_envs, args.learning_starts, args.train_frequency
+    )
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -325,8 +349,11 @@ def train(args: Args) -> dict:
     params = q_network.init(init_key, jnp.zeros((1, obs_dim)))
     target_params = params
     # the step size: constant, or linear from learning_rate to 0 over the gradient steps (anneal_lr)
-    learning_rate = (optax.linear_schedule(args.learning_rate, 0.0, max(num_gradient_steps, 1))
-                     if args.anneal_lr else args.learning_rate)
+    learning_rate = (
+        optax.linear_schedule(args.learning_rate, 0.0, max(num_gradient_steps, 1))
+        if args.anneal_lr
+        else args.learning_rate
+    )
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate))
     opt_state = optimizer.init(params)
 
@@ -337,7 +364,9 @@ def train(args: Args) -> dict:
         next_quantiles = q_network.apply(target_params, next_obs)  # (B, A, N)
         next_actions = next_quantiles.mean(axis=-1).argmax(axis=-1)
         targets = quantile_target(next_quantiles[rows, next_actions], rewards, dones, discounts)
-        if args.al_alpha > 0.0:  # advantage learning (off by default, the ninth round): every target quantile moves down
+        if (
+            args.al_alpha > 0.0
+        ):  # advantage learning (off by default, the ninth round): every target quantile moves down
             q_target_obs = q_network.apply(target_params, obs).mean(axis=-1)
             targets = targets - advantage_learning_shift(q_target_obs, actions, args.al_alpha)[:, None]
         quantiles = q_network.apply(params, obs)[rows, actions]
@@ -352,7 +381,9 @@ def train(args: Args) -> dict:
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, q_mean
 
-    soft_update = jax.jit(lambda params, target_params: optax.incremental_update(params, target_params, args.tau))
+    soft_update = jax.jit(
+        lambda params, target_params: optax.incremental_update(params, target_params, args.tau)
+    )
 
     # buffers on the host; each sampled batch moves to the device
     # Replay buffer: a ring of preallocated arrays of n-step transitions. next_obs holds the true
@@ -377,14 +408,17 @@ def train(args: Args) -> dict:
 
     for iteration in range(1, num_iterations + 1):
         global_step += args.num_envs
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
-                                  global_step)
+        epsilon = linear_schedule(
+            args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
+        )
         if global_step <= args.learning_starts:
             epsilon = 1.0  # uniform-random warm-up fills the buffer
         # ---- act: epsilon-greedy, its coins and random actions drawn a block of steps at a time
         j = (iteration - 1) % EXPLORATION_BLOCK
         if j == 0:
-            coins, random_actions, key = exploration_draws(EXPLORATION_BLOCK, args.num_envs, q_network.num_actions, key)
+            coins, random_actions, key = exploration_draws(
+                EXPLORATION_BLOCK, args.num_envs, q_network.num_actions, key
+            )
             coins, random_actions = np.asarray(coins), np.asarray(random_actions)
         explore = coins[j] < epsilon
         action = random_actions[j]
@@ -403,8 +437,14 @@ def train(args: Args) -> dict:
             # a full window gives one n-step transition; at an episode's end every shorter tail does too
             while len(windows[i]) == args.n_step or (ended and windows[i]):
                 transition = n_step_transition(windows[i], args.gamma)
-                (obs_rb[rb_pos], actions_rb[rb_pos], rewards_rb[rb_pos], next_obs_rb[rb_pos],
-                 dones_rb[rb_pos], discounts_rb[rb_pos]) = transition
+                (
+                    obs_rb[rb_pos],
+                    actions_rb[rb_pos],
+                    rewards_rb[rb_pos],
+                    next_obs_rb[rb_pos],
+                    dones_rb[rb_pos],
+                    discounts_rb[rb_pos],
+                ) = transition
                 rb_pos, rb_size = (rb_pos + 1) % args.buffer_size, min(rb_size + 1, args.buffer_size)
                 windows[i].pop(0)
         obs = next_obs
@@ -420,9 +460,17 @@ def train(args: Args) -> dict:
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b = rng.integers(0, rb_size, args.batch_size)
-                params, opt_state, loss, q_mean = update(params, target_params, opt_state, obs_rb[b], actions_rb[b],
-                                                         rewards_rb[b], next_obs_rb[b], dones_rb[b],
-                                                         discounts_rb[b])
+                params, opt_state, loss, q_mean = update(
+                    params,
+                    target_params,
+                    opt_state,
+                    obs_rb[b],
+                    actions_rb[b],
+                    rewards_rb[b],
+                    next_obs_rb[b],
+                    dones_rb[b],
+                    discounts_rb[b],
+                )
                 num_updates += 1
                 if num_updates % 100 == 0:
                     losses = {"quantile_loss": float(loss), "q_values": float(q_mean)}
@@ -440,8 +488,13 @@ def train(args: Args) -> dict:
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
             sps = int(global_step / (time.time() - start_time))
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -464,8 +517,9 @@ def train(args: Args) -> dict:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
             f.write(flax.serialization.to_bytes(params))
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.n_quantiles,
-                                args.layer_norm)
+        eval_returns = evaluate(
+            model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.n_quantiles, args.layer_norm
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

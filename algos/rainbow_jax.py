@@ -16,6 +16,7 @@ CartPole-v1 at 100k steps for at least 2 of seeds 1-3 (pytest -m learning; runs 
 docs/algorithms/rainbow.md).
 Reproduce: python algos/rainbow_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -93,8 +94,14 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=1500, learning_starts=500, target_network_frequency=100, tau=0.5,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=1500,
+    learning_starts=500,
+    target_network_frequency=100,
+    tau=0.5,
+    save_model=True,
+    eval_episodes=2,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -106,7 +113,7 @@ def n_step_transition(window, gamma):
     observation with discount gamma^k. Plain python, the same in both twins."""
     ret = 0.0
     for t, (_, _, reward, _, _) in enumerate(window):
-        ret += gamma ** t * float(reward)
+        ret += gamma**t * float(reward)
     _, _, _, next_obs, terminated = window[-1]
     return window[0][0], window[0][1], ret, next_obs, float(terminated), gamma ** len(window)
 
@@ -205,13 +212,15 @@ def count_gradient_steps(total_timesteps, num_envs, learning_starts, train_frequ
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class NoisyLinear(nn.Module):
     """A linear layer with learned noise scales: fresh factorised noise on every forward pass (from
     the "noise" rng stream) when noisy, the mean weights alone otherwise (deterministic evaluation)."""
+
     features: int
     sigma_0: float
 
@@ -221,19 +230,25 @@ class NoisyLinear(nn.Module):
         bound = 1.0 / np.sqrt(in_features)
         uniform = lambda key, shape: jax.random.uniform(key, shape, minval=-bound, maxval=bound)
         mu_w = self.param("mu_w", uniform, (in_features, self.features))
-        sigma_w = self.param("sigma_w", nn.initializers.constant(self.sigma_0 * bound), (in_features, self.features))
+        sigma_w = self.param(
+            "sigma_w", nn.initializers.constant(self.sigma_0 * bound), (in_features, self.features)
+        )
         mu_b = self.param("mu_b", uniform, (self.features,))
         sigma_b = self.param("sigma_b", nn.initializers.constant(self.sigma_0 * bound), (self.features,))
         if not noisy:
             return x @ mu_w + mu_b
         in_key, out_key = jax.random.split(self.make_rng("noise"))
-        eps_in, eps_out = jax.random.normal(in_key, (in_features,)), jax.random.normal(out_key, (self.features,))
+        eps_in, eps_out = (
+            jax.random.normal(in_key, (in_features,)),
+            jax.random.normal(out_key, (self.features,)),
+        )
         return noisy_linear(x, mu_w, sigma_w, mu_b, sigma_b, eps_in, eps_out)
 
 
 class QNetwork(nn.Module):
     """128-128 ReLU trunk, then noisy dueling heads: V(s) and A(s, a) as logits over n_atoms atoms,
     aggregated into (B, A, N) logits."""
+
     num_actions: int
     n_atoms: int
     v_min: float
@@ -269,8 +284,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -289,24 +308,34 @@ def check_args(args):
     if args.batch_size > args.buffer_size:
         raise ValueError(f"batch_size = {args.batch_size} is larger than buffer_size = {args.buffer_size}")
     if args.learning_starts < args.batch_size:
-        raise ValueError(f"learning_starts = {args.learning_starts} is less than one batch "
-                         f"(batch_size = {args.batch_size})")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} is less than one batch "
+            f"(batch_size = {args.batch_size})"
+        )
     if args.total_timesteps <= args.learning_starts:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} leaves no training after "
-                         f"learning_starts = {args.learning_starts}")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} leaves no training after "
+            f"learning_starts = {args.learning_starts}"
+        )
     if args.alpha < 0 or not 0.0 <= args.beta_start <= 1.0 or args.prior_eps <= 0:
-        raise ValueError(f"need alpha >= 0, 0 <= beta_start <= 1 and prior_eps > 0, got {args.alpha}, "
-                         f"{args.beta_start}, {args.prior_eps}")
+        raise ValueError(
+            f"need alpha >= 0, 0 <= beta_start <= 1 and prior_eps > 0, got {args.alpha}, "
+            f"{args.beta_start}, {args.prior_eps}"
+        )
     if args.n_step < 1 or args.n_atoms < 2 or not args.v_min < args.v_max:
-        raise ValueError(f"need n_step >= 1, n_atoms >= 2 and v_min < v_max, got {args.n_step}, "
-                         f"{args.n_atoms}, {args.v_min}, {args.v_max}")
+        raise ValueError(
+            f"need n_step >= 1, n_atoms >= 2 and v_min < v_max, got {args.n_step}, "
+            f"{args.n_atoms}, {args.v_min}, {args.v_max}"
+        )
     if not 0.0 < args.tau <= 1.0:
         raise ValueError(f"tau = {args.tau} must be in (0, 1]")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/sac_jax.py, "
-                         f"algos/td3_jax.py or algos/ddpg_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/sac_jax.py, "
+            f"algos/td3_jax.py or algos/ddpg_jax.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, n_atoms, v_min, v_max):
@@ -335,13 +364,15 @@ def evaluate(model_path, env_id, eval_episodes, seed, n_atoms, v_min, v_max):
 def train(args: Args) -> dict:
     check_args(args)
     num_iterations = args.total_timesteps // args.num_envs
-    num_gradient_steps = count_gradient_steps(args.total_timesteps, args.num_envs, args.learning_starts,
-                                              args.train_frequency)
+    num_gradient_steps = count_gradient_steps(
+        args.total_timesteps, args.num_envs, args.learning_starts, args.train_frequency
+    )
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -358,14 +389,18 @@ def train(args: Args) -> dict:
 
     envs = make_envs(args.env_id, args.num_envs)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
-    q_network = QNetwork(int(envs.single_action_space.n), args.n_atoms, args.v_min, args.v_max,
-                         args.noisy_std)
+    q_network = QNetwork(
+        int(envs.single_action_space.n), args.n_atoms, args.v_min, args.v_max, args.noisy_std
+    )
     key, init_key = jax.random.split(key)
     params = q_network.init(init_key, jnp.zeros((1, obs_dim)), False)
     target_params = params
     # the step size: constant, or linear from learning_rate to 0 over the gradient steps (anneal_lr)
-    learning_rate = (optax.linear_schedule(args.learning_rate, 0.0, max(num_gradient_steps, 1))
-                     if args.anneal_lr else args.learning_rate)
+    learning_rate = (
+        optax.linear_schedule(args.learning_rate, 0.0, max(num_gradient_steps, 1))
+        if args.anneal_lr
+        else args.learning_rate
+    )
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate))
     opt_state = optimizer.init(params)
     atoms = jnp.linspace(args.v_min, args.v_max, args.n_atoms)
@@ -374,9 +409,15 @@ def train(args: Args) -> dict:
         rows = jnp.arange(args.batch_size)
         select_key, target_key, online_key = jax.random.split(key, 3)
         # double: the online network selects the next action, the target network scores it
-        next_actions = q_network.apply(params, next_obs, method="q_values", rngs={"noise": select_key}).argmax(axis=-1)
-        next_probs = jax.nn.softmax(q_network.apply(target_params, next_obs, rngs={"noise": target_key}), axis=-1)
-        target_probs = categorical_projection(next_probs[rows, next_actions], rewards, dones, discounts, atoms)
+        next_actions = q_network.apply(
+            params, next_obs, method="q_values", rngs={"noise": select_key}
+        ).argmax(axis=-1)
+        next_probs = jax.nn.softmax(
+            q_network.apply(target_params, next_obs, rngs={"noise": target_key}), axis=-1
+        )
+        target_probs = categorical_projection(
+            next_probs[rows, next_actions], rewards, dones, discounts, atoms
+        )
         logits = q_network.apply(params, obs, rngs={"noise": online_key})[rows, actions]
         loss, cross_entropy = weighted_categorical_loss(logits, jax.lax.stop_gradient(target_probs), weights)
         q_taken = (jax.nn.softmax(logits, axis=-1) * atoms).sum(axis=-1)
@@ -387,11 +428,14 @@ def train(args: Args) -> dict:
         """One gradient step as one jitted call: noise draws, target, loss, gradient, clip and Adam."""
         key, loss_key = jax.random.split(key)
         (loss, (q_mean, cross_entropy)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, target_params, *batch, loss_key)
+            params, target_params, *batch, loss_key
+        )
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, q_mean, cross_entropy, key
 
-    soft_update = jax.jit(lambda params, target_params: optax.incremental_update(params, target_params, args.tau))
+    soft_update = jax.jit(
+        lambda params, target_params: optax.incremental_update(params, target_params, args.tau)
+    )
 
     # buffers on the host; each sampled batch moves to the device
     # Replay buffer: a ring of preallocated arrays of n-step transitions. next_obs holds the true
@@ -433,9 +477,15 @@ def train(args: Args) -> dict:
             # a full window gives one n-step transition; at an episode's end every shorter tail does too
             while len(windows[i]) == args.n_step or (ended and windows[i]):
                 transition = n_step_transition(windows[i], args.gamma)
-                (obs_rb[rb_pos], actions_rb[rb_pos], rewards_rb[rb_pos], next_obs_rb[rb_pos],
-                 dones_rb[rb_pos], discounts_rb[rb_pos]) = transition
-                tree.update(np.array([rb_pos]), np.array([max_priority ** args.alpha]))
+                (
+                    obs_rb[rb_pos],
+                    actions_rb[rb_pos],
+                    rewards_rb[rb_pos],
+                    next_obs_rb[rb_pos],
+                    dones_rb[rb_pos],
+                    discounts_rb[rb_pos],
+                ) = transition
+                tree.update(np.array([rb_pos]), np.array([max_priority**args.alpha]))
                 rb_pos, rb_size = (rb_pos + 1) % args.buffer_size, min(rb_size + 1, args.buffer_size)
                 windows[i].pop(0)
         obs = next_obs
@@ -451,13 +501,25 @@ def train(args: Args) -> dict:
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b, priorities = tree.sample(args.batch_size, rng, rb_size)
-                beta = min(1.0, args.beta_start + (1.0 - args.beta_start) * global_step / args.total_timesteps)
+                beta = min(
+                    1.0, args.beta_start + (1.0 - args.beta_start) * global_step / args.total_timesteps
+                )
                 b_weights = importance_weights(priorities / tree.total(), rb_size, beta).astype(np.float32)
                 params, opt_state, loss, q_mean, cross_entropy, key = update(
-                    params, target_params, opt_state, key, obs_rb[b], actions_rb[b], rewards_rb[b], next_obs_rb[b],
-                    dones_rb[b], discounts_rb[b], b_weights)
+                    params,
+                    target_params,
+                    opt_state,
+                    key,
+                    obs_rb[b],
+                    actions_rb[b],
+                    rewards_rb[b],
+                    next_obs_rb[b],
+                    dones_rb[b],
+                    discounts_rb[b],
+                    b_weights,
+                )
                 new_priorities = np.asarray(cross_entropy).astype(np.float64) + args.prior_eps
-                tree.update(b, new_priorities ** args.alpha)
+                tree.update(b, new_priorities**args.alpha)
                 max_priority = max(max_priority, float(new_priorities.max()))
                 num_updates += 1
                 if num_updates % 100 == 0:
@@ -476,8 +538,13 @@ def train(args: Args) -> dict:
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
             sps = int(global_step / (time.time() - start_time))
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -500,8 +567,15 @@ def train(args: Args) -> dict:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
             f.write(flax.serialization.to_bytes(params))
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000,
-                                args.n_atoms, args.v_min, args.v_max)
+        eval_returns = evaluate(
+            model_path,
+            args.env_id,
+            args.eval_episodes,
+            args.seed + 10_000,
+            args.n_atoms,
+            args.v_min,
+            args.v_max,
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

@@ -16,6 +16,7 @@ CartPole-v1 at 100k steps for at least 2 of seeds 1-3 (pytest -m learning; runs 
 docs/algorithms/rainbow.md).
 Reproduce: python algos/rainbow_torch.py --seed 1
 """
+
 import copy
 import os
 import random
@@ -90,8 +91,14 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=1500, learning_starts=500, target_network_frequency=100, tau=0.5,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=1500,
+    learning_starts=500,
+    target_network_frequency=100,
+    tau=0.5,
+    save_model=True,
+    eval_episodes=2,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -103,7 +110,7 @@ def n_step_transition(window, gamma):
     observation with discount gamma^k. Plain python, the same in both twins."""
     ret = 0.0
     for t, (_, _, reward, _, _) in enumerate(window):
-        ret += gamma ** t * float(reward)
+        ret += gamma**t * float(reward)
     _, _, _, next_obs, terminated = window[-1]
     return window[0][0], window[0][1], ret, next_obs, float(terminated), gamma ** len(window)
 
@@ -115,7 +122,9 @@ def categorical_projection(next_probs, rewards, dones, gamma, atoms):
     Each shifted atom Tz_i, clipped to [v_min, v_max], gives its mass p_i to the two support atoms
     around it in proportion to closeness: z_j gets p_i * max(0, 1 - |Tz_i - z_j| / dz)."""
     delta_z = atoms[1] - atoms[0]
-    tz = torch.clamp(rewards[:, None] + (gamma * (1.0 - dones))[:, None] * atoms[None, :], atoms[0], atoms[-1])
+    tz = torch.clamp(
+        rewards[:, None] + (gamma * (1.0 - dones))[:, None] * atoms[None, :], atoms[0], atoms[-1]
+    )
     weights = torch.clamp(1.0 - (tz[:, :, None] - atoms[None, None, :]).abs() / delta_z, min=0.0)  # (B, i, j)
     return (next_probs[:, :, None] * weights).sum(dim=1)
 
@@ -236,8 +245,10 @@ class QNetwork(nn.Module):
         self.num_actions, self.n_atoms = num_actions, n_atoms
         self.register_buffer("atoms", torch.linspace(v_min, v_max, n_atoms))
         self.trunk = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 128)), nn.ReLU(),
-            layer_init(nn.Linear(128, 128)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, 128)),
+            nn.ReLU(),
+            layer_init(nn.Linear(128, 128)),
+            nn.ReLU(),
         )
         self.value = NoisyLinear(128, n_atoms, sigma_0)
         self.advantage = NoisyLinear(128, num_actions * n_atoms, sigma_0)
@@ -265,8 +276,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -285,30 +300,42 @@ def check_args(args):
     if args.batch_size > args.buffer_size:
         raise ValueError(f"batch_size = {args.batch_size} is larger than buffer_size = {args.buffer_size}")
     if args.learning_starts < args.batch_size:
-        raise ValueError(f"learning_starts = {args.learning_starts} is less than one batch "
-                         f"(batch_size = {args.batch_size})")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} is less than one batch "
+            f"(batch_size = {args.batch_size})"
+        )
     if args.total_timesteps <= args.learning_starts:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} leaves no training after "
-                         f"learning_starts = {args.learning_starts}")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} leaves no training after "
+            f"learning_starts = {args.learning_starts}"
+        )
     if args.alpha < 0 or not 0.0 <= args.beta_start <= 1.0 or args.prior_eps <= 0:
-        raise ValueError(f"need alpha >= 0, 0 <= beta_start <= 1 and prior_eps > 0, got {args.alpha}, "
-                         f"{args.beta_start}, {args.prior_eps}")
+        raise ValueError(
+            f"need alpha >= 0, 0 <= beta_start <= 1 and prior_eps > 0, got {args.alpha}, "
+            f"{args.beta_start}, {args.prior_eps}"
+        )
     if args.n_step < 1 or args.n_atoms < 2 or not args.v_min < args.v_max:
-        raise ValueError(f"need n_step >= 1, n_atoms >= 2 and v_min < v_max, got {args.n_step}, "
-                         f"{args.n_atoms}, {args.v_min}, {args.v_max}")
+        raise ValueError(
+            f"need n_step >= 1, n_atoms >= 2 and v_min < v_max, got {args.n_step}, "
+            f"{args.n_atoms}, {args.v_min}, {args.v_max}"
+        )
     if not 0.0 < args.tau <= 1.0:
         raise ValueError(f"tau = {args.tau} must be in (0, 1]")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/sac_torch.py, "
-                         f"algos/td3_torch.py or algos/ddpg_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/sac_torch.py, "
+            f"algos/td3_torch.py or algos/ddpg_torch.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, n_atoms, v_min, v_max):
     """Load the saved parameters into a fresh network; run the greedy (argmax) policy, noise off."""
     env = gym.make(env_id)
-    q_network = QNetwork(int(np.prod(env.observation_space.shape)), int(env.action_space.n), n_atoms, v_min, v_max, 0.0)
+    q_network = QNetwork(
+        int(np.prod(env.observation_space.shape)), int(env.action_space.n), n_atoms, v_min, v_max, 0.0
+    )
     q_network.load_state_dict(torch.load(model_path, map_location="cpu"))
     q_network.eval()
     returns = []
@@ -330,13 +357,15 @@ def evaluate(model_path, env_id, eval_episodes, seed, n_atoms, v_min, v_max):
 def train(args: Args) -> dict:
     check_args(args)
     num_iterations = args.total_timesteps // args.num_envs
-    num_gradient_steps = count_gradient_steps(args.total_timesteps, args.num_envs, args.learning_starts,
-                                              args.train_frequency)
+    num_gradient_steps = count_gradient_steps(
+        args.total_timesteps, args.num_envs, args.learning_starts, args.train_frequency
+    )
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -348,8 +377,9 @@ def train(args: Args) -> dict:
 
     envs = make_envs(args.env_id, args.num_envs)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
-    q_network = QNetwork(obs_dim, int(envs.single_action_space.n), args.n_atoms, args.v_min, args.v_max,
-                         args.noisy_std).to(device)
+    q_network = QNetwork(
+        obs_dim, int(envs.single_action_space.n), args.n_atoms, args.v_min, args.v_max, args.noisy_std
+    ).to(device)
     target_network = copy.deepcopy(q_network)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
     atoms = q_network.atoms
@@ -379,7 +409,11 @@ def train(args: Args) -> dict:
     for iteration in range(1, num_iterations + 1):
         global_step += args.num_envs
         # uniform-random warm-up fills the buffer; after it, the noisy layers explore
-        action = q_network.act(torch.as_tensor(obs, device=device), global_step <= args.learning_starts).cpu().numpy()
+        action = (
+            q_network.act(torch.as_tensor(obs, device=device), global_step <= args.learning_starts)
+            .cpu()
+            .numpy()
+        )
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         ep_return += reward
         ep_length += 1
@@ -393,9 +427,15 @@ def train(args: Args) -> dict:
             # a full window gives one n-step transition; at an episode's end every shorter tail does too
             while len(windows[i]) == args.n_step or (ended and windows[i]):
                 transition = n_step_transition(windows[i], args.gamma)
-                (obs_rb[rb_pos], actions_rb[rb_pos], rewards_rb[rb_pos], next_obs_rb[rb_pos],
-                 dones_rb[rb_pos], discounts_rb[rb_pos]) = transition
-                tree.update(np.array([rb_pos]), np.array([max_priority ** args.alpha]))
+                (
+                    obs_rb[rb_pos],
+                    actions_rb[rb_pos],
+                    rewards_rb[rb_pos],
+                    next_obs_rb[rb_pos],
+                    dones_rb[rb_pos],
+                    discounts_rb[rb_pos],
+                ) = transition
+                tree.update(np.array([rb_pos]), np.array([max_priority**args.alpha]))
                 rb_pos, rb_size = (rb_pos + 1) % args.buffer_size, min(rb_size + 1, args.buffer_size)
                 windows[i].pop(0)
         obs = next_obs
@@ -411,11 +451,18 @@ def train(args: Args) -> dict:
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b, priorities = tree.sample(args.batch_size, rng, rb_size)
-                beta = min(1.0, args.beta_start + (1.0 - args.beta_start) * global_step / args.total_timesteps)
+                beta = min(
+                    1.0, args.beta_start + (1.0 - args.beta_start) * global_step / args.total_timesteps
+                )
                 b_weights = importance_weights(priorities / tree.total(), rb_size, beta).astype(np.float32)
-                b_obs, b_next_obs = torch.as_tensor(obs_rb[b], device=device), torch.as_tensor(next_obs_rb[b], device=device)
+                b_obs, b_next_obs = (
+                    torch.as_tensor(obs_rb[b], device=device),
+                    torch.as_tensor(next_obs_rb[b], device=device),
+                )
                 b_actions, b_rewards, b_dones, b_discounts = (
-                    torch.as_tensor(x[b], device=device) for x in (actions_rb, rewards_rb, dones_rb, discounts_rb))
+                    torch.as_tensor(x[b], device=device)
+                    for x in (actions_rb, rewards_rb, dones_rb, discounts_rb)
+                )
                 rows = torch.arange(args.batch_size, device=device)
                 with torch.no_grad():
                     # double: the online network selects the next action, the target network scores it
@@ -423,15 +470,19 @@ def train(args: Args) -> dict:
                     next_probs = torch.softmax(target_network(b_next_obs), dim=-1)[rows, next_actions]
                     target_probs = categorical_projection(next_probs, b_rewards, b_dones, b_discounts, atoms)
                 logits = q_network(b_obs)[rows, b_actions]
-                loss, cross_entropy = weighted_categorical_loss(logits, target_probs, torch.as_tensor(b_weights, device=device))
+                loss, cross_entropy = weighted_categorical_loss(
+                    logits, target_probs, torch.as_tensor(b_weights, device=device)
+                )
                 if args.anneal_lr:  # linear from learning_rate to 0 over the gradient steps (optax.linear_schedule in the JAX twin)
-                    optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - num_updates / max(num_gradient_steps, 1))
+                    optimizer.param_groups[0]["lr"] = args.learning_rate * (
+                        1.0 - num_updates / max(num_gradient_steps, 1)
+                    )
                 optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
                 optimizer.step()
                 new_priorities = cross_entropy.detach().cpu().numpy().astype(np.float64) + args.prior_eps
-                tree.update(b, new_priorities ** args.alpha)
+                tree.update(b, new_priorities**args.alpha)
                 max_priority = max(max_priority, float(new_priorities.max()))
                 num_updates += 1
                 if num_updates % 100 == 0:
@@ -453,8 +504,13 @@ def train(args: Args) -> dict:
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
             sps = int(global_step / (time.time() - start_time))
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -477,8 +533,15 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
         torch.save(q_network.state_dict(), model_path)
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000,
-                                args.n_atoms, args.v_min, args.v_max)
+        eval_returns = evaluate(
+            model_path,
+            args.env_id,
+            args.eval_episodes,
+            args.seed + 10_000,
+            args.n_atoms,
+            args.v_min,
+            args.v_max,
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

@@ -26,6 +26,7 @@ learning: a 20-episode mean return >= 450 on CartPole-v1 at 300k steps with seed
 suite; all seeds: pytest -m learning).
 Reproduce: python algos/reinforce_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -87,6 +88,7 @@ def returns_to_go(rewards, dones, gamma):
         G_t = r_t + gamma * (1 - done_t) * G_{t+1},   G_T = 0
     dones[t] = 1 on the last step of an episode, so nothing flows across an episode boundary (a
     truncation's bootstrap value, if any, is already folded into rewards[t])."""
+
     def step(next_return, xs):
         reward, done = xs
         ret = reward + gamma * (1.0 - done) * next_return
@@ -135,17 +137,19 @@ def estimator_variance(scores, weights, mask):
     per-step score (scores (T, N, D)), and the result is sum_e ||g_e - mean_e g||^2 / (N - 1)."""
     per_episode = ((mask * weights)[..., None] * scores).sum(0)
     deviation = per_episode - per_episode.mean(0)
-    return (deviation ** 2).sum() / (per_episode.shape[0] - 1)
+    return (deviation**2).sum() / (per_episode.shape[0] - 1)
 
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MLP(nn.Module):
     """64-64 tanh trunk and a linear head; the policy and the baseline are two separate MLPs."""
+
     out_dim: int
     head_std: float
 
@@ -190,8 +194,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
@@ -200,8 +208,10 @@ def check_args(args):
         raise ValueError("--norm-adv needs num_envs >= 2 episodes per batch")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -231,8 +241,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -278,10 +289,13 @@ def train(args: Args) -> dict:
         w_mean = (raw_weights * mask).sum() / count
         probs = jax.nn.softmax(agent.actor.apply(params["actor"], batch["obs"]), axis=-1)
         entropy = -(probs * jnp.log(probs + 1e-12)).sum(-1)
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss,
-                 "entropy": (entropy * mask).sum() / count,
-                 # spread of the unnormalised weights over the steps (not the gradient's: grad_var_*)
-                 "weight_variance": (((raw_weights - w_mean) * mask) ** 2).sum() / (count - 1)}
+        stats = {
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": (entropy * mask).sum() / count,
+            # spread of the unnormalised weights over the steps (not the gradient's: grad_var_*)
+            "weight_variance": (((raw_weights - w_mean) * mask) ** 2).sum() / (count - 1),
+        }
         return params, opt_state, stats
 
     @jax.jit
@@ -298,7 +312,9 @@ def train(args: Args) -> dict:
         if args.baseline:
             values = agent.get_value(params, batch["obs"])
             weights.update(baseline=weights["plain"] - values, rtg_baseline=returns - values)
-        return {f"grad_var_{name}": estimator_variance(scores, w, batch["mask"]) for name, w in weights.items()}
+        return {
+            f"grad_var_{name}": estimator_variance(scores, w, batch["mask"]) for name, w in weights.items()
+        }
 
     get_value = jax.jit(agent.get_value)
 
@@ -348,9 +364,16 @@ def train(args: Args) -> dict:
         # Padded to a power-of-two length with mask 0: a few compiled shapes instead of one per length.
         length = len(obs_l)
         padded = 1 << (length - 1).bit_length()
-        pad = lambda x: np.concatenate([np.stack(x), np.zeros((padded - length,) + np.shape(x[0]), np.float32)])
-        batch = {"obs": pad(obs_l), "actions": pad(actions_l).astype(np.int32), "rewards": pad(rewards_l),
-                 "dones": pad(dones_l), "mask": pad(mask_l)}
+        pad = lambda x: np.concatenate(
+            [np.stack(x), np.zeros((padded - length,) + np.shape(x[0]), np.float32)]
+        )
+        batch = {
+            "obs": pad(obs_l),
+            "actions": pad(actions_l).astype(np.int32),
+            "rewards": pad(rewards_l),
+            "dones": pad(dones_l),
+            "mask": pad(mask_l),
+        }
 
         # ---- the variance of the four estimators on this batch: measured, not used by the update
         # (no random numbers drawn); with --no-baseline there is no V, only "plain" and "rtg"
@@ -369,8 +392,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or global_step >= args.total_timesteps):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -385,8 +413,11 @@ def train(args: Args) -> dict:
         "run_dir": run_dir,
         "losses": stats,
         # median over the updates of each estimator's variance (losses/grad_var_*)
-        "grad_variance": {name: float(np.median(grad_variances[name]))
-                          for name in ("plain", "rtg", "baseline", "rtg_baseline") if name in grad_variances},
+        "grad_variance": {
+            name: float(np.median(grad_variances[name]))
+            for name in ("plain", "rtg", "baseline", "rtg_baseline")
+            if name in grad_variances
+        },
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.msgpack")

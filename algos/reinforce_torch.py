@@ -26,6 +26,7 @@ learning: a 20-episode mean return >= 450 on CartPole-v1 at 300k steps with seed
 suite; all seeds: pytest -m learning).
 Reproduce: python algos/reinforce_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -117,7 +118,9 @@ def output_layer_score(hidden, logits, actions):
     form: d log pi(a|s) / d logits = onehot(a) - softmax(logits), so the score is
     (onehot(a) - pi(s)) outer h for W (flattened as (num_actions, hidden), row by row) followed by
     onehot(a) - pi(s) for b. hidden (..., H), logits (..., A), actions (...) -> (..., A * H + A)."""
-    delta = nn.functional.one_hot(actions.long(), logits.shape[-1]).to(logits.dtype) - torch.softmax(logits, dim=-1)
+    delta = nn.functional.one_hot(actions.long(), logits.shape[-1]).to(logits.dtype) - torch.softmax(
+        logits, dim=-1
+    )
     weight_score = (delta[..., :, None] * hidden[..., None, :]).reshape(delta.shape[:-1] + (-1,))
     return torch.cat([weight_score, delta], dim=-1)
 
@@ -128,7 +131,7 @@ def estimator_variance(scores, weights, mask):
     per-step score (scores (T, N, D)), and the result is sum_e ||g_e - mean_e g||^2 / (N - 1)."""
     per_episode = ((mask * weights)[..., None] * scores).sum(0)
     deviation = per_episode - per_episode.mean(0)
-    return (deviation ** 2).sum() / (per_episode.shape[0] - 1)
+    return (deviation**2).sum() / (per_episode.shape[0] - 1)
 
 
 # ----------------------------------------------------------------------------- networks
@@ -144,13 +147,17 @@ class Agent(nn.Module):
     def __init__(self, obs_dim, num_actions):
         super().__init__()
         self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, 1), std=1.0),
         )
         self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, num_actions), std=0.01),
         )
 
@@ -172,8 +179,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
@@ -182,8 +193,10 @@ def check_args(args):
         raise ValueError("--norm-adv needs num_envs >= 2 episodes per batch")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -212,8 +225,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -272,7 +286,9 @@ def train(args: Args) -> dict:
             # estimate of it and the episode is cut there.
             only_truncated = truncated & ~terminated & active
             if args.baseline and only_truncated.any():
-                final_obs = torch.as_tensor(np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device)
+                final_obs = torch.as_tensor(
+                    np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device
+                )
                 with torch.no_grad():
                     reward[only_truncated] += args.gamma * agent.get_value(final_obs).cpu().numpy()
             obs_l.append(obs_t)
@@ -300,7 +316,9 @@ def train(args: Args) -> dict:
 
         # ---- the variance of the four estimators on this batch: measured, not used by the update
         # (no random numbers drawn); with --no-baseline there is no V, only "plain" and "rtg"
-        measured = measure(obs_b, actions_b, returns, mask_b) if args.num_envs >= 2 else {}  # a variance needs 2 episodes
+        measured = (
+            measure(obs_b, actions_b, returns, mask_b) if args.num_envs >= 2 else {}
+        )  # a variance needs 2 episodes
 
         # ---- one gradient step on the policy (and the baseline's regression on the returns)
         logp = categorical_log_prob(agent.actor(obs_b), actions_b)
@@ -322,10 +340,13 @@ def train(args: Args) -> dict:
             w_mean = (raw_weights * mask_b).sum() / count
             probs = torch.softmax(agent.actor(obs_b), dim=-1)
             entropy = -(probs * torch.log(probs + 1e-12)).sum(-1)
-            stats = {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(),
-                     "entropy": ((entropy * mask_b).sum() / count).item(),
-                     # spread of the unnormalised weights over the steps (not the gradient's: grad_var_*)
-                     "weight_variance": ((((raw_weights - w_mean) * mask_b) ** 2).sum() / (count - 1)).item()}
+            stats = {
+                "policy_loss": pg_loss.item(),
+                "value_loss": v_loss.item(),
+                "entropy": ((entropy * mask_b).sum() / count).item(),
+                # spread of the unnormalised weights over the steps (not the gradient's: grad_var_*)
+                "weight_variance": ((((raw_weights - w_mean) * mask_b) ** 2).sum() / (count - 1)).item(),
+            }
         stats = {name: float(value) for name, value in {**stats, **measured}.items()}
         for name, value in measured.items():
             grad_variances.setdefault(name.removeprefix("grad_var_"), []).append(float(value))
@@ -336,8 +357,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or global_step >= args.total_timesteps):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -352,8 +378,11 @@ def train(args: Args) -> dict:
         "run_dir": run_dir,
         "losses": stats,
         # median over the updates of each estimator's variance (losses/grad_var_*)
-        "grad_variance": {name: float(np.median(grad_variances[name]))
-                          for name in ("plain", "rtg", "baseline", "rtg_baseline") if name in grad_variances},
+        "grad_variance": {
+            name: float(np.median(grad_variances[name]))
+            for name in ("plain", "rtg", "baseline", "rtg_baseline")
+            if name in grad_variances
+        },
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")

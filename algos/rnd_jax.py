@@ -27,6 +27,7 @@ seeds 1-5: every run ends between -101 and -119 (the bar: -150) in both twins; w
 combined advantages 3 of 5 JAX seeds.
 Reproduce: python algos/rnd_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -108,8 +109,15 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(env_id="DeepSea5-v0", total_timesteps=1024, num_envs=4, num_steps=64, obs_norm_steps=8,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    env_id="DeepSea5-v0",
+    total_timesteps=1024,
+    num_envs=4,
+    num_steps=64,
+    obs_norm_steps=8,
+    save_model=True,
+    eval_episodes=2,
+)
 
 MOUNTAIN_CAR_SOLVED = -150.0  # episodes_to_solve on MountainCar-v0: the goal within 150 steps on average
 
@@ -128,7 +136,7 @@ def update_running_moments(mean, var, count, batch):
     delta = batch_mean - mean
     total = count + batch_count
     new_mean = mean + delta * batch_count / total
-    m2 = var * count + batch_var * batch_count + delta ** 2 * count * batch_count / total
+    m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
     return new_mean, m2 / total, total
 
 
@@ -142,6 +150,7 @@ def discounted_reward_stream(running, rewards, gamma):
     """The non-episodic discounted sum of intrinsic rewards, step by step, carried across rollouts
     and episode ends: running_t = gamma * running_{t-1} + r_t. Its running variance scales the
     intrinsic reward. rewards (T, N), running (N,). Returns (stream (T, N), last running)."""
+
     def step(running, reward):
         running = gamma * running + reward
         return running, running
@@ -187,8 +196,9 @@ def compute_gae(rewards, values, dones, last_value, gamma, lam, episodic=True):
         advantage = delta + gamma * lam * not_done * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value),
-                                 (rewards, values, next_values, dones), reverse=True)
+    _, advantages = jax.lax.scan(
+        step, jnp.zeros_like(last_value), (rewards, values, next_values, dones), reverse=True
+    )
     return advantages, advantages + values
 
 
@@ -225,12 +235,14 @@ def ppo_value_loss(values, returns):
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MLP(nn.Module):
     """64-64 tanh trunk and a linear head."""
+
     out_dim: int
     head_std: float
 
@@ -281,6 +293,7 @@ class RNDNet(nn.Module):
     """Leaky-ReLU MLP from the normalised observation to an embedding. The target is 64-64 and
     never trained; the predictor is one hidden layer deeper (64-64-64), as the paper's predictor
     is larger than its target."""
+
     out_dim: int
     depth: int
 
@@ -295,38 +308,55 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.bonus_scale < 0:
-        raise ValueError(f"bonus_scale = {args.bonus_scale}: the intrinsic coefficient must be >= 0 "
-                         f"(0 turns the bonus off)")
+        raise ValueError(
+            f"bonus_scale = {args.bonus_scale}: the intrinsic coefficient must be >= 0 "
+            f"(0 turns the bonus off)"
+        )
     if not 0.0 < args.update_proportion <= 1.0:
         raise ValueError(f"update_proportion = {args.update_proportion}: it must be in (0, 1]")
     match = explore_envs.ID_PATTERN.match(args.env_id)
     if args.env_id.startswith(("DeepSea", "NoisyTV")) and (
-            match is None or not 1 <= int(match.group(2)) <= explore_envs.MAX_SIZE):
-        raise ValueError(f"{args.env_id}: DeepSea ids are DeepSea{{N}}-v0, DeepSeaStochastic{{N}}-v0 "
-                         f"or NoisyTV*DeepSea{{N}}-v0 (algos/explore_envs.py) with 1 <= N <= {explore_envs.MAX_SIZE}")
+        match is None or not 1 <= int(match.group(2)) <= explore_envs.MAX_SIZE
+    ):
+        raise ValueError(
+            f"{args.env_id}: DeepSea ids are DeepSea{{N}}-v0, DeepSeaStochastic{{N}}-v0 "
+            f"or NoisyTV*DeepSea{{N}}-v0 (algos/explore_envs.py) with 1 <= N <= {explore_envs.MAX_SIZE}"
+        )
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     if args.norm_adv_per_head and not args.norm_adv:
-        raise ValueError("--norm-adv-per-head standardises the heads and then the sum per minibatch; "
-                         "it cannot be combined with --no-norm-adv")
+        raise ValueError(
+            "--norm-adv-per-head standardises the heads and then the sum per minibatch; "
+            "it cannot be combined with --no-norm-adv"
+        )
     if args.obs_norm_steps < 1:
         raise ValueError(f"obs_norm_steps = {args.obs_norm_steps}: the normaliser needs at least one step")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py"
+        )
 
 
 def solve_threshold(env_id):
@@ -371,8 +401,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -396,7 +427,9 @@ def train(args: Args) -> dict:
     updates_per_iteration = args.update_epochs * args.num_minibatches
     if args.anneal_lr:
         # The same per-iteration staircase as the torch twin: lr * (1 - (iteration - 1) / iterations).
-        schedule = lambda count: args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        schedule = lambda count: (
+            args.learning_rate * (1.0 - (count // updates_per_iteration) / num_iterations)
+        )
     else:
         schedule = args.learning_rate
     # Clip the actor's and the critic's gradients separately: with gamma 0.999 and -1 per
@@ -414,14 +447,20 @@ def train(args: Args) -> dict:
         if args.norm_adv:
             mb_adv = standardize(mb_adv)
         pg_loss = ppo_policy_loss(logp, mb["logps"], mb_adv, args.clip_coef)
-        v_loss = ppo_value_loss(value[:, 0], mb["ext_returns"]) + ppo_value_loss(value[:, 1], mb["int_returns"])
+        v_loss = ppo_value_loss(value[:, 0], mb["ext_returns"]) + ppo_value_loss(
+            value[:, 1], mb["int_returns"]
+        )
         entropy_loss = entropy.mean()
         loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
         logratio = logp - mb["logps"]
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
-                 # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
-                 "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
-                 "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean()}
+        stats = {
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": entropy_loss,
+            # k3 estimator of KL(pi_old || pi): (r - 1) - log r, unbiased and >= 0
+            "approx_kl": ((jnp.exp(logratio) - 1) - logratio).mean(),
+            "clipfrac": (jnp.abs(jnp.exp(logratio) - 1.0) > args.clip_coef).mean(),
+        }
         return loss, stats
 
     def rnd_loss_fn(predictor_params, mb, mask):
@@ -431,6 +470,7 @@ def train(args: Args) -> dict:
     def update(params, opt_state, predictor_params, rnd_opt_state, batch, key):
         """The whole update, epochs x minibatches, as one jitted call (two nested lax.scans): a PPO
         step on the agent, then a distillation step on the predictor, per minibatch."""
+
         def minibatch_step(carry, mb):
             params, opt_state, predictor_params, rnd_opt_state, key = carry
             grads, stats = jax.grad(loss_fn, has_aux=True)(params, mb)
@@ -439,7 +479,9 @@ def train(args: Args) -> dict:
             params = optax.apply_updates(params, updates)
             # The predictor distils the fixed target on a random update_proportion of the minibatch.
             key, mask_key = jax.random.split(key)
-            mask = (jax.random.uniform(mask_key, (minibatch_size,)) < args.update_proportion).astype(jnp.float32)
+            mask = (jax.random.uniform(mask_key, (minibatch_size,)) < args.update_proportion).astype(
+                jnp.float32
+            )
             rnd_loss, rnd_grads = jax.value_and_grad(rnd_loss_fn)(predictor_params, mb, mask)
             rnd_updates, rnd_opt_state = rnd_optimizer.update(rnd_grads, rnd_opt_state, predictor_params)
             predictor_params = optax.apply_updates(predictor_params, rnd_updates)
@@ -447,12 +489,16 @@ def train(args: Args) -> dict:
 
         def epoch_step(carry, epoch_key):
             perm = jax.random.permutation(epoch_key, batch_size)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch)
+            shuffled = jax.tree.map(
+                lambda x: x[perm].reshape((args.num_minibatches, minibatch_size) + x.shape[1:]), batch
+            )
             return jax.lax.scan(minibatch_step, carry, shuffled)
 
         key, mask_key, *epoch_keys = jax.random.split(key, args.update_epochs + 2)
         carry = (params, opt_state, predictor_params, rnd_opt_state, mask_key)
-        (params, opt_state, predictor_params, rnd_opt_state, _), stats = jax.lax.scan(epoch_step, carry, jnp.stack(epoch_keys))
+        (params, opt_state, predictor_params, rnd_opt_state, _), stats = jax.lax.scan(
+            epoch_step, carry, jnp.stack(epoch_keys)
+        )
         return params, opt_state, predictor_params, rnd_opt_state, jax.tree.map(jnp.mean, stats), key
 
     @jax.jit
@@ -485,7 +531,9 @@ def train(args: Args) -> dict:
     for _ in range(args.obs_norm_steps):
         obs, *_ = envs.step(envs.action_space.sample())
         warmup.append(np.asarray(obs, dtype=np.float32))
-    obs_mean, obs_var, obs_count = update_running_moments(obs_mean, obs_var, obs_count, jnp.concatenate(warmup))
+    obs_mean, obs_var, obs_count = update_running_moments(
+        obs_mean, obs_var, obs_count, jnp.concatenate(warmup)
+    )
     # Intrinsic-reward normaliser: running variance of the non-episodic discounted intrinsic return.
     int_mean, int_var, int_count = jnp.zeros(()), jnp.ones(()), 1e-4
     int_running = jnp.zeros(args.num_envs)
@@ -539,11 +587,17 @@ def train(args: Args) -> dict:
         # ---- intrinsic rewards: novelty of every s' of the rollout, after the observation
         # normaliser has seen them; scaled by the running std of the discounted intrinsic return
         b_next_obs = next_obs_buf.reshape(batch_size, obs_dim)
-        obs_mean, obs_var, obs_count = update_running_moments(obs_mean, obs_var, obs_count, jnp.asarray(b_next_obs))
-        rnd_in, int_rewards, b_targets = novelty(predictor_params, target_params, b_next_obs, obs_mean, obs_var)
+        obs_mean, obs_var, obs_count = update_running_moments(
+            obs_mean, obs_var, obs_count, jnp.asarray(b_next_obs)
+        )
+        rnd_in, int_rewards, b_targets = novelty(
+            predictor_params, target_params, b_next_obs, obs_mean, obs_var
+        )
         int_rewards = int_rewards.reshape(args.num_steps, args.num_envs)
         stream, int_running = discounted_reward_stream(int_running, int_rewards, args.gamma_int)
-        int_mean, int_var, int_count = update_running_moments(int_mean, int_var, int_count, stream.reshape(-1))
+        int_mean, int_var, int_count = update_running_moments(
+            int_mean, int_var, int_count, stream.reshape(-1)
+        )
         int_rewards = int_rewards / jnp.sqrt(int_var)
 
         # ---- advantages (bootstrap from the observation after the rollout). The extrinsic return
@@ -552,25 +606,43 @@ def train(args: Args) -> dict:
         # agent would learn that ending an episode, or avoiding the start, is free of exploration
         # cost); the recursion flows from an episode's last step into the next one's first state.
         last_value = get_value(params, next_obs)
-        ext_advantages, ext_returns = compute_gae(rewards_buf, values_buf[..., 0], dones_buf, last_value[:, 0],
-                                                  args.gamma, args.gae_lambda)
-        int_advantages, int_returns = compute_gae(int_rewards, values_buf[..., 1], dones_buf, last_value[:, 1],
-                                                  args.gamma_int, args.gae_lambda, episodic=False)
-        advantages = combine_advantages(ext_advantages, int_advantages, args.ext_coef, args.bonus_scale,
-                                        args.norm_adv_per_head)
+        ext_advantages, ext_returns = compute_gae(
+            rewards_buf, values_buf[..., 0], dones_buf, last_value[:, 0], args.gamma, args.gae_lambda
+        )
+        int_advantages, int_returns = compute_gae(
+            int_rewards,
+            values_buf[..., 1],
+            dones_buf,
+            last_value[:, 1],
+            args.gamma_int,
+            args.gae_lambda,
+            episodic=False,
+        )
+        advantages = combine_advantages(
+            ext_advantages, int_advantages, args.ext_coef, args.bonus_scale, args.norm_adv_per_head
+        )
 
         # ---- update: epochs x minibatches over the flattened batch (PPO, then the predictor)
-        batch = {"obs": obs_buf.reshape(batch_size, obs_dim), "actions": actions_buf.reshape(-1),
-                 "logps": logps_buf.reshape(-1), "advantages": advantages.reshape(-1),
-                 "ext_returns": ext_returns.reshape(-1), "int_returns": int_returns.reshape(-1),
-                 "rnd_in": rnd_in, "targets": b_targets}
+        batch = {
+            "obs": obs_buf.reshape(batch_size, obs_dim),
+            "actions": actions_buf.reshape(-1),
+            "logps": logps_buf.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "ext_returns": ext_returns.reshape(-1),
+            "int_returns": int_returns.reshape(-1),
+            "rnd_in": rnd_in,
+            "targets": b_targets,
+        }
         params, opt_state, predictor_params, rnd_opt_state, stats, key = update(
-            params, opt_state, predictor_params, rnd_opt_state, batch, key)
+            params, opt_state, predictor_params, rnd_opt_state, batch, key
+        )
         learning_rate = opt_state.hyperparams["learning_rate"]  # the rate this update used
 
         b_ext_returns, b_values = np.asarray(batch["ext_returns"]), values_buf.reshape(batch_size, 2)
         var_returns = b_ext_returns.var(ddof=1)
-        explained_var = np.nan if var_returns == 0 else 1.0 - (b_ext_returns - b_values[:, 0]).var(ddof=1) / var_returns
+        explained_var = (
+            np.nan if var_returns == 0 else 1.0 - (b_ext_returns - b_values[:, 0]).var(ddof=1) / var_returns
+        )
         sps = int(global_step / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", float(learning_rate), global_step)
         writer.add_scalar("charts/intrinsic_reward", float(int_rewards.mean()), global_step)
@@ -581,8 +653,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.2f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.2f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -608,9 +685,17 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
-            f.write(flax.serialization.to_bytes({"agent": params, "predictor": predictor_params,
-                                                 "target": target_params, "obs_mean": np.asarray(obs_mean),
-                                                 "obs_var": np.asarray(obs_var)}))
+            f.write(
+                flax.serialization.to_bytes(
+                    {
+                        "agent": params,
+                        "predictor": predictor_params,
+                        "target": target_params,
+                        "obs_mean": np.asarray(obs_mean),
+                        "obs_var": np.asarray(obs_var),
+                    }
+                )
+            )
         eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)

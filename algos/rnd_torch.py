@@ -27,6 +27,7 @@ seeds 1-5: every run ends between -101 and -119 (the bar: -150) in both twins; w
 combined advantages 3 of 5 JAX seeds.
 Reproduce: python algos/rnd_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -104,8 +105,15 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(env_id="DeepSea5-v0", total_timesteps=1024, num_envs=4, num_steps=64, obs_norm_steps=8,
-                  save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    env_id="DeepSea5-v0",
+    total_timesteps=1024,
+    num_envs=4,
+    num_steps=64,
+    obs_norm_steps=8,
+    save_model=True,
+    eval_episodes=2,
+)
 
 MOUNTAIN_CAR_SOLVED = -150.0  # episodes_to_solve on MountainCar-v0: the goal within 150 steps on average
 
@@ -124,7 +132,7 @@ def update_running_moments(mean, var, count, batch):
     delta = batch_mean - mean
     total = count + batch_count
     new_mean = mean + delta * batch_count / total
-    m2 = var * count + batch_var * batch_count + delta ** 2 * count * batch_count / total
+    m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
     return new_mean, m2 / total, total
 
 
@@ -227,8 +235,10 @@ class MLP(nn.Sequential):
 
     def __init__(self, in_dim, out_dim, head_std):
         super().__init__(
-            layer_init(nn.Linear(in_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(in_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, out_dim), std=head_std),
         )
 
@@ -279,38 +289,55 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.bonus_scale < 0:
-        raise ValueError(f"bonus_scale = {args.bonus_scale}: the intrinsic coefficient must be >= 0 "
-                         f"(0 turns the bonus off)")
+        raise ValueError(
+            f"bonus_scale = {args.bonus_scale}: the intrinsic coefficient must be >= 0 "
+            f"(0 turns the bonus off)"
+        )
     if not 0.0 < args.update_proportion <= 1.0:
         raise ValueError(f"update_proportion = {args.update_proportion}: it must be in (0, 1]")
     match = explore_envs.ID_PATTERN.match(args.env_id)
     if args.env_id.startswith(("DeepSea", "NoisyTV")) and (
-            match is None or not 1 <= int(match.group(2)) <= explore_envs.MAX_SIZE):
-        raise ValueError(f"{args.env_id}: DeepSea ids are DeepSea{{N}}-v0, DeepSeaStochastic{{N}}-v0 "
-                         f"or NoisyTV*DeepSea{{N}}-v0 (algos/explore_envs.py) with 1 <= N <= {explore_envs.MAX_SIZE}")
+        match is None or not 1 <= int(match.group(2)) <= explore_envs.MAX_SIZE
+    ):
+        raise ValueError(
+            f"{args.env_id}: DeepSea ids are DeepSea{{N}}-v0, DeepSeaStochastic{{N}}-v0 "
+            f"or NoisyTV*DeepSea{{N}}-v0 (algos/explore_envs.py) with 1 <= N <= {explore_envs.MAX_SIZE}"
+        )
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
-        raise ValueError(f"num_envs * num_steps = {batch_size} is not divisible by "
-                         f"num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {batch_size} is not divisible by "
+            f"num_minibatches = {args.num_minibatches}"
+        )
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     if args.norm_adv_per_head and not args.norm_adv:
-        raise ValueError("--norm-adv-per-head standardises the heads and then the sum per minibatch; "
-                         "it cannot be combined with --no-norm-adv")
+        raise ValueError(
+            "--norm-adv-per-head standardises the heads and then the sum per minibatch; "
+            "it cannot be combined with --no-norm-adv"
+        )
     if args.obs_norm_steps < 1:
         raise ValueError(f"obs_norm_steps = {args.obs_norm_steps}: the normaliser needs at least one step")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+        )
 
 
 def solve_threshold(env_id):
@@ -335,7 +362,9 @@ def evaluate(model_path, env_id, eval_episodes, seed):
         done, total = False, 0.0
         while not done:
             with torch.no_grad():
-                x = normalize_obs(torch.as_tensor(obs, dtype=torch.float32), saved["obs_mean"], saved["obs_var"])
+                x = normalize_obs(
+                    torch.as_tensor(obs, dtype=torch.float32), saved["obs_mean"], saved["obs_var"]
+                )
                 action = agent.actor(x).argmax().item()
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
@@ -354,8 +383,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -392,7 +422,11 @@ def train(args: Args) -> dict:
     # curve). RND's input is the normalised s'; the policy and critic see the normalised s too (the
     # paper's policy sees pixels / 255; on MountainCar the raw velocity, |v| < 0.07, is too small
     # a signal for the policy to act on: docs/algorithms/rnd.md).
-    obs_mean, obs_var, obs_count = torch.zeros(obs_dim, device=device), torch.ones(obs_dim, device=device), 1e-4
+    obs_mean, obs_var, obs_count = (
+        torch.zeros(obs_dim, device=device),
+        torch.ones(obs_dim, device=device),
+        1e-4,
+    )
     next_obs = torch.as_tensor(envs.reset(seed=args.seed)[0], dtype=torch.float32, device=device)
     warmup = []
     for _ in range(args.obs_norm_steps):
@@ -441,13 +475,17 @@ def train(args: Args) -> dict:
             reward = reward.astype(np.float32)
             only_truncated = truncated & ~terminated
             if only_truncated.any():
-                final_obs = normalize_obs(torch.as_tensor(real_next_obs[only_truncated], device=device), obs_mean, obs_var)
+                final_obs = normalize_obs(
+                    torch.as_tensor(real_next_obs[only_truncated], device=device), obs_mean, obs_var
+                )
                 with torch.no_grad():
                     reward[only_truncated] += args.gamma * agent.get_value(final_obs)[:, 0].cpu().numpy()
             rewards_buf[step] = torch.as_tensor(reward, device=device)
             dones_buf[step] = torch.as_tensor(done, dtype=torch.float32, device=device)
             next_obs_buf[step] = torch.as_tensor(real_next_obs, device=device)
-            next_obs = normalize_obs(torch.as_tensor(obs, dtype=torch.float32, device=device), obs_mean, obs_var)
+            next_obs = normalize_obs(
+                torch.as_tensor(obs, dtype=torch.float32, device=device), obs_mean, obs_var
+            )
             for i in np.flatnonzero(done):
                 episode_returns.append((global_step, float(ep_return[i])))
                 recent = [r for _, r in episode_returns[-20:]]
@@ -461,9 +499,13 @@ def train(args: Args) -> dict:
         obs_mean, obs_var, obs_count = update_running_moments(obs_mean, obs_var, obs_count, b_next_obs)
         with torch.no_grad():
             rnd_in = normalize_obs(b_next_obs, obs_mean, obs_var)
-            int_rewards = rnd_intrinsic_reward(predictor(rnd_in), target(rnd_in)).reshape(args.num_steps, args.num_envs)
+            int_rewards = rnd_intrinsic_reward(predictor(rnd_in), target(rnd_in)).reshape(
+                args.num_steps, args.num_envs
+            )
         stream, int_running = discounted_reward_stream(int_running, int_rewards, args.gamma_int)
-        int_mean, int_var, int_count = update_running_moments(int_mean, int_var, int_count, stream.reshape(-1))
+        int_mean, int_var, int_count = update_running_moments(
+            int_mean, int_var, int_count, stream.reshape(-1)
+        )
         int_rewards = int_rewards / torch.sqrt(int_var)
 
         # ---- advantages (bootstrap from the observation after the rollout). The extrinsic return
@@ -473,12 +515,21 @@ def train(args: Args) -> dict:
         # cost); the recursion flows from an episode's last step into the next one's first state.
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
-        ext_advantages, ext_returns = compute_gae(rewards_buf, values_buf[..., 0], dones_buf, last_value[:, 0],
-                                                  args.gamma, args.gae_lambda)
-        int_advantages, int_returns = compute_gae(int_rewards, values_buf[..., 1], dones_buf, last_value[:, 1],
-                                                  args.gamma_int, args.gae_lambda, episodic=False)
-        advantages = combine_advantages(ext_advantages, int_advantages, args.ext_coef, args.bonus_scale,
-                                        args.norm_adv_per_head)
+        ext_advantages, ext_returns = compute_gae(
+            rewards_buf, values_buf[..., 0], dones_buf, last_value[:, 0], args.gamma, args.gae_lambda
+        )
+        int_advantages, int_returns = compute_gae(
+            int_rewards,
+            values_buf[..., 1],
+            dones_buf,
+            last_value[:, 1],
+            args.gamma_int,
+            args.gae_lambda,
+            episodic=False,
+        )
+        advantages = combine_advantages(
+            ext_advantages, int_advantages, args.ext_coef, args.bonus_scale, args.norm_adv_per_head
+        )
 
         # ---- update: epochs x minibatches over the flattened batch (PPO, then the predictor)
         b_obs = obs_buf.reshape(batch_size, obs_dim)
@@ -488,18 +539,26 @@ def train(args: Args) -> dict:
         b_advantages = advantages.reshape(-1)
         b_ext_returns, b_int_returns = ext_returns.reshape(-1), int_returns.reshape(-1)
         b_values = values_buf.reshape(batch_size, 2)
-        stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0,
-                 "rnd_loss": 0.0}
+        stats = {
+            "policy_loss": 0.0,
+            "value_loss": 0.0,
+            "entropy": 0.0,
+            "approx_kl": 0.0,
+            "clipfrac": 0.0,
+            "rnd_loss": 0.0,
+        }
         for epoch in range(args.update_epochs):
             perm = torch.randperm(batch_size, device=device)
             for start in range(0, batch_size, minibatch_size):
-                mb = perm[start:start + minibatch_size]
+                mb = perm[start : start + minibatch_size]
                 logp, entropy, value = agent.evaluate_actions(b_obs[mb], b_actions[mb])
                 mb_adv = b_advantages[mb]
                 if args.norm_adv:
                     mb_adv = standardize(mb_adv)
                 pg_loss = ppo_policy_loss(logp, b_logps[mb], mb_adv, args.clip_coef)
-                v_loss = ppo_value_loss(value[:, 0], b_ext_returns[mb]) + ppo_value_loss(value[:, 1], b_int_returns[mb])
+                v_loss = ppo_value_loss(value[:, 0], b_ext_returns[mb]) + ppo_value_loss(
+                    value[:, 1], b_int_returns[mb]
+                )
                 entropy_loss = entropy.mean()
                 loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
                 optimizer.zero_grad()
@@ -528,7 +587,9 @@ def train(args: Args) -> dict:
 
         num_updates = args.update_epochs * args.num_minibatches
         var_returns = b_ext_returns.var().item()
-        explained_var = np.nan if var_returns == 0 else 1.0 - (b_ext_returns - b_values[:, 0]).var().item() / var_returns
+        explained_var = (
+            np.nan if var_returns == 0 else 1.0 - (b_ext_returns - b_values[:, 0]).var().item() / var_returns
+        )
         sps = int(global_step / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/intrinsic_reward", int_rewards.mean().item(), global_step)
@@ -539,8 +600,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.2f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.2f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -565,8 +631,16 @@ def train(args: Args) -> dict:
         summary["tv_fraction"] = tv_actions / max(late_actions, 1)
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
-        torch.save({"agent": agent.state_dict(), "predictor": predictor.state_dict(),
-                    "target": target.state_dict(), "obs_mean": obs_mean, "obs_var": obs_var}, model_path)
+        torch.save(
+            {
+                "agent": agent.state_dict(),
+                "predictor": predictor.state_dict(),
+                "target": target.state_dict(),
+                "obs_mean": obs_mean,
+                "obs_var": obs_var,
+            },
+            model_path,
+        )
         eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, seed=args.seed + 10_000)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)

@@ -16,6 +16,7 @@ auto-tuned alpha below 0.1 by then (tests/registry.py, default test suite; all s
 pytest -m learning). final_mean_return here is the mean of the last 10 episodes.
 Reproduce: python algos/sac_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -77,8 +78,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=600, learning_starts=300, batch_size=32, hidden_size=32,
-                  save_model=True, eval_episodes=1)
+SMOKE_ARGS = dict(
+    total_timesteps=600, learning_starts=300, batch_size=32, hidden_size=32, save_model=True, eval_episodes=1
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -103,7 +105,7 @@ def sample_squashed(mean, log_std, noise, action_scale, action_bias):
     """
     std = jnp.exp(log_std)
     u = mean + std * noise
-    gaussian_logp = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    gaussian_logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
     log_prob = gaussian_logp - tanh_log_det_jacobian(u) - jnp.log(action_scale).sum()
     return jnp.tanh(u) * action_scale + action_bias, log_prob
 
@@ -143,6 +145,7 @@ def layer_init(features):
 
 class QNetwork(nn.Module):
     """Q(s, a): the concatenated observation and action through a hidden-hidden ReLU MLP."""
+
     hidden_size: int
 
     @nn.compact
@@ -156,6 +159,7 @@ class QNetwork(nn.Module):
 class Actor(nn.Module):
     """Squashed Gaussian policy: a ReLU trunk, then the mean and log std of u, a = scale tanh(u) + bias.
     log std is squashed into [LOG_STD_MIN, LOG_STD_MAX] by a tanh, so it cannot run away."""
+
     action_dim: int
     hidden_size: int
 
@@ -212,8 +216,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -230,15 +238,21 @@ def transition_next_obs(next_obs, infos):
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.learning_starts >= args.total_timesteps:
-        raise ValueError(f"learning_starts = {args.learning_starts} leaves no update within "
-                         f"total_timesteps = {args.total_timesteps}")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} leaves no update within "
+            f"total_timesteps = {args.total_timesteps}"
+        )
     if args.batch_size > args.learning_starts:
-        raise ValueError(f"batch_size = {args.batch_size} is more than the warm-up fills "
-                         f"(learning_starts = {args.learning_starts})")
+        raise ValueError(
+            f"batch_size = {args.batch_size} is more than the warm-up fills "
+            f"(learning_starts = {args.learning_starts})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
+        )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise ValueError(f"{args.env_id} has unbounded actions; the tanh squashing needs finite bounds")
 
@@ -247,8 +261,13 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     """Load the saved parameters into a fresh network; run the deterministic policy (tanh of the mean)."""
     env = gym.make(env_id)
     space = env.action_space
-    agent = Agent(int(np.prod(env.observation_space.shape)), int(np.prod(space.shape)), hidden_size,
-                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    agent = Agent(
+        int(np.prod(env.observation_space.shape)),
+        int(np.prod(space.shape)),
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     with open(model_path, "rb") as f:
         params = flax.serialization.from_bytes(agent.init(jax.random.PRNGKey(0)), f.read())
     deterministic = jax.jit(agent.deterministic)
@@ -272,8 +291,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -288,16 +308,22 @@ def train(args: Args) -> dict:
     space = envs.single_action_space
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(space.shape))
-    agent = Agent(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    agent = Agent(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
     key, init_key = jax.random.split(key)
     params = agent.init(init_key)
     target_entropy = -float(action_dim)
     q_optimizer = optax.adam(args.q_lr)
     actor_optimizer = optax.adam(args.policy_lr)
     alpha_optimizer = optax.adam(args.alpha_lr)
-    state = {"params": params, "qf_target": params["qf"],
-             "log_alpha": jnp.asarray(np.log(args.alpha), dtype=jnp.float32),
-             "q_opt": q_optimizer.init(params["qf"]), "actor_opt": actor_optimizer.init(params["actor"])}
+    state = {
+        "params": params,
+        "qf_target": params["qf"],
+        "log_alpha": jnp.asarray(np.log(args.alpha), dtype=jnp.float32),
+        "q_opt": q_optimizer.init(params["qf"]),
+        "actor_opt": actor_optimizer.init(params["actor"]),
+    }
     state["alpha_opt"] = alpha_optimizer.init(state["log_alpha"])
 
     @jax.jit
@@ -309,14 +335,18 @@ def train(args: Args) -> dict:
 
         next_actions, next_log_prob = agent.sample(params["actor"], batch["next_obs"], next_key)
         next_q = agent.q_values(state["qf_target"], batch["next_obs"], next_actions)
-        target = soft_q_target(batch["rewards"], batch["terminated"], next_q[0], next_q[1], next_log_prob,
-                               alpha, args.gamma)
+        target = soft_q_target(
+            batch["rewards"], batch["terminated"], next_q[0], next_q[1], next_log_prob, alpha, args.gamma
+        )
 
         def q_loss_fn(qf_params):
             q = agent.q_values(qf_params, batch["obs"], batch["actions"])
             qf1_loss, qf2_loss = critic_losses(q[0], q[1], target)
             return qf1_loss + qf2_loss, (qf1_loss, qf2_loss, q[0].mean(), q[1].mean())
-        q_grads, (qf1_loss, qf2_loss, qf1_values, qf2_values) = jax.grad(q_loss_fn, has_aux=True)(params["qf"])
+
+        q_grads, (qf1_loss, qf2_loss, qf1_values, qf2_values) = jax.grad(q_loss_fn, has_aux=True)(
+            params["qf"]
+        )
         q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
         qf_params = optax.apply_updates(params["qf"], q_updates)
 
@@ -324,6 +354,7 @@ def train(args: Args) -> dict:
             actions_pi, log_prob = agent.sample(actor_params, batch["obs"], pi_key)
             q = agent.q_values(qf_params, batch["obs"], actions_pi)
             return sac_actor_loss(q[0], q[1], log_prob, alpha), log_prob
+
         (actor_loss, log_prob), actor_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(params["actor"])
         actor_updates, actor_opt = actor_optimizer.update(actor_grads, state["actor_opt"])
         actor_params = optax.apply_updates(params["actor"], actor_updates)
@@ -335,11 +366,26 @@ def train(args: Args) -> dict:
         else:
             alpha_opt = state["alpha_opt"]
 
-        qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)  # target += tau * (online - target)
-        state = {"params": {"actor": actor_params, "qf": qf_params}, "qf_target": qf_target,
-                 "log_alpha": log_alpha, "q_opt": q_opt, "actor_opt": actor_opt, "alpha_opt": alpha_opt}
-        losses = {"qf1_loss": qf1_loss, "qf2_loss": qf2_loss, "qf1_values": qf1_values, "qf2_values": qf2_values,
-                  "actor_loss": actor_loss, "alpha": alpha, "alpha_loss": alpha_loss}
+        qf_target = optax.incremental_update(
+            qf_params, state["qf_target"], args.tau
+        )  # target += tau * (online - target)
+        state = {
+            "params": {"actor": actor_params, "qf": qf_params},
+            "qf_target": qf_target,
+            "log_alpha": log_alpha,
+            "q_opt": q_opt,
+            "actor_opt": actor_opt,
+            "alpha_opt": alpha_opt,
+        }
+        losses = {
+            "qf1_loss": qf1_loss,
+            "qf2_loss": qf2_loss,
+            "qf1_values": qf1_values,
+            "qf2_values": qf2_values,
+            "actor_loss": actor_loss,
+            "alpha": alpha,
+            "alpha_loss": alpha_loss,
+        }
         return state, losses, key
 
     # buffers on the host; each sampled batch moves to the device
@@ -386,8 +432,13 @@ def train(args: Args) -> dict:
 
         # ---- one gradient step: critics, actor, temperature, then the Polyak targets
         idx = np.random.randint(0, min(global_step, capacity), size=args.batch_size)
-        batch = {"obs": obs_buf[idx], "next_obs": next_obs_buf[idx], "actions": actions_buf[idx],
-                 "rewards": rewards_buf[idx], "terminated": terminated_buf[idx]}
+        batch = {
+            "obs": obs_buf[idx],
+            "next_obs": next_obs_buf[idx],
+            "actions": actions_buf[idx],
+            "rewards": rewards_buf[idx],
+            "terminated": terminated_buf[idx],
+        }
         state, step_losses, key = update(state, batch, key)
 
         if global_step % 100 == 0 or global_step == args.total_timesteps:
@@ -399,8 +450,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or global_step == args.total_timesteps):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(10) {mean_recent:7.1f}  "
-                      f"alpha {losses['alpha']:.3f}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(10) {mean_recent:7.1f}  "
+                    f"alpha {losses['alpha']:.3f}  SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -420,7 +476,9 @@ def train(args: Args) -> dict:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
             f.write(flax.serialization.to_bytes(state["params"]))
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
+        eval_returns = evaluate(
+            model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

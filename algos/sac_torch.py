@@ -16,6 +16,7 @@ auto-tuned alpha below 0.1 by then (tests/registry.py, default test suite; all s
 pytest -m learning). final_mean_return here is the mean of the last 10 episodes.
 Reproduce: python algos/sac_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -74,8 +75,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=600, learning_starts=300, batch_size=32, hidden_size=32,
-                  save_model=True, eval_episodes=1)
+SMOKE_ARGS = dict(
+    total_timesteps=600, learning_starts=300, batch_size=32, hidden_size=32, save_model=True, eval_episodes=1
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -100,7 +102,7 @@ def sample_squashed(mean, log_std, noise, action_scale, action_bias):
     """
     std = log_std.exp()
     u = mean + std * noise
-    gaussian_logp = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
+    gaussian_logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2.0 * np.pi)).sum(-1)
     log_prob = gaussian_logp - tanh_log_det_jacobian(u) - torch.log(action_scale).sum()
     return torch.tanh(u) * action_scale + action_bias, log_prob
 
@@ -146,8 +148,10 @@ class QNetwork(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, 1)),
         )
 
@@ -162,8 +166,10 @@ class Actor(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size, action_scale, action_bias):
         super().__init__()
         self.trunk = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
         )
         self.mean = layer_init(nn.Linear(hidden_size, action_dim))
         self.log_std = layer_init(nn.Linear(hidden_size, action_dim))
@@ -190,8 +196,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -208,15 +218,21 @@ def transition_next_obs(next_obs, infos):
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.learning_starts >= args.total_timesteps:
-        raise ValueError(f"learning_starts = {args.learning_starts} leaves no update within "
-                         f"total_timesteps = {args.total_timesteps}")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} leaves no update within "
+            f"total_timesteps = {args.total_timesteps}"
+        )
     if args.batch_size > args.learning_starts:
-        raise ValueError(f"batch_size = {args.batch_size} is more than the warm-up fills "
-                         f"(learning_starts = {args.learning_starts})")
+        raise ValueError(
+            f"batch_size = {args.batch_size} is more than the warm-up fills "
+            f"(learning_starts = {args.learning_starts})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Box actions. For discrete actions use algos/dqn_torch.py or algos/ppo_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Box actions. For discrete actions use algos/dqn_torch.py or algos/ppo_torch.py"
+        )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise ValueError(f"{args.env_id} has unbounded actions; the tanh squashing needs finite bounds")
 
@@ -225,8 +241,13 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     """Load the saved parameters into a fresh network; run the deterministic policy (tanh of the mean)."""
     env = gym.make(env_id)
     space = env.action_space
-    actor = Actor(int(np.prod(env.observation_space.shape)), int(np.prod(space.shape)), hidden_size,
-                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor = Actor(
+        int(np.prod(env.observation_space.shape)),
+        int(np.prod(space.shape)),
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     actor.load_state_dict(torch.load(model_path, map_location="cpu")["actor"])
     returns = []
     for episode in range(eval_episodes):
@@ -249,8 +270,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -269,9 +291,17 @@ def train(args: Args) -> dict:
     space = envs.single_action_space
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(space.shape))
-    actor = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
-    qf1, qf2 = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
-    qf1_target, qf2_target = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
+    actor = Actor(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
+    qf1, qf2 = (
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+    )
+    qf1_target, qf2_target = (
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+    )
     qf1_target.load_state_dict(qf1.state_dict())
     qf2_target.load_state_dict(qf2.state_dict())
     for net in (actor, qf1, qf2, qf1_target, qf2_target):
@@ -281,7 +311,9 @@ def train(args: Args) -> dict:
     q_optimizer = torch.optim.Adam(q_params, lr=args.q_lr)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
     target_entropy = -float(action_dim)
-    log_alpha = torch.tensor(np.log(args.alpha), dtype=torch.float32, device=device, requires_grad=args.autotune)
+    log_alpha = torch.tensor(
+        np.log(args.alpha), dtype=torch.float32, device=device, requires_grad=args.autotune
+    )
     alpha_optimizer = torch.optim.Adam([log_alpha], lr=args.alpha_lr)
 
     # buffers on the host; each sampled batch moves to the device
@@ -305,7 +337,9 @@ def train(args: Args) -> dict:
             actions = envs.action_space.sample()
         else:
             with torch.no_grad():
-                actions = actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
+                actions = (
+                    actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
+                )
         next_obs, reward, terminated, truncated, infos = envs.step(actions)
         ep_return += reward
         ep_length += 1
@@ -328,15 +362,28 @@ def train(args: Args) -> dict:
 
         # ---- one gradient step: critics, actor, temperature, then the Polyak targets
         idx = np.random.randint(0, min(global_step, capacity), size=args.batch_size)
-        b_obs, b_next_obs = torch.as_tensor(obs_buf[idx], device=device), torch.as_tensor(next_obs_buf[idx], device=device)
+        b_obs, b_next_obs = (
+            torch.as_tensor(obs_buf[idx], device=device),
+            torch.as_tensor(next_obs_buf[idx], device=device),
+        )
         b_actions = torch.as_tensor(actions_buf[idx], device=device)
-        b_rewards, b_terminated = torch.as_tensor(rewards_buf[idx], device=device), torch.as_tensor(terminated_buf[idx], device=device)
+        b_rewards, b_terminated = (
+            torch.as_tensor(rewards_buf[idx], device=device),
+            torch.as_tensor(terminated_buf[idx], device=device),
+        )
         alpha = log_alpha.detach().exp()
 
         with torch.no_grad():
             next_actions, next_log_prob = actor.sample(b_next_obs)
-            target = soft_q_target(b_rewards, b_terminated, qf1_target(b_next_obs, next_actions),
-                                   qf2_target(b_next_obs, next_actions), next_log_prob, alpha, args.gamma)
+            target = soft_q_target(
+                b_rewards,
+                b_terminated,
+                qf1_target(b_next_obs, next_actions),
+                qf2_target(b_next_obs, next_actions),
+                next_log_prob,
+                alpha,
+                args.gamma,
+            )
         q1, q2 = qf1(b_obs, b_actions), qf2(b_obs, b_actions)
         qf1_loss, qf2_loss = critic_losses(q1, q2, target)
         q_optimizer.zero_grad()
@@ -361,9 +408,15 @@ def train(args: Args) -> dict:
             torch._foreach_lerp_(target_params, q_params, args.tau)  # target += tau * (online - target)
 
         if global_step % 100 == 0 or global_step == args.total_timesteps:
-            losses = {"qf1_loss": qf1_loss.item(), "qf2_loss": qf2_loss.item(),
-                      "qf1_values": q1.mean().item(), "qf2_values": q2.mean().item(),
-                      "actor_loss": actor_loss.item(), "alpha": alpha.item(), "alpha_loss": alpha_loss.item()}
+            losses = {
+                "qf1_loss": qf1_loss.item(),
+                "qf2_loss": qf2_loss.item(),
+                "qf1_values": q1.mean().item(),
+                "qf2_values": q2.mean().item(),
+                "actor_loss": actor_loss.item(),
+                "alpha": alpha.item(),
+                "alpha_loss": alpha_loss.item(),
+            }
             sps = int(global_step / (time.time() - start_time))
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, global_step)
@@ -371,8 +424,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or global_step == args.total_timesteps):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(10) {mean_recent:7.1f}  "
-                      f"alpha {losses['alpha']:.3f}  SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(10) {mean_recent:7.1f}  "
+                    f"alpha {losses['alpha']:.3f}  SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -390,8 +448,12 @@ def train(args: Args) -> dict:
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
-        torch.save({"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict()}, model_path)
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
+        torch.save(
+            {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict()}, model_path
+        )
+        eval_returns = evaluate(
+            model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

@@ -24,6 +24,7 @@ TD3 (--no-bc) fails on the narrow pendulum-expert data (-30 against 101) and doe
 ones (101): the page says why. Registered: pendulum-medium >= 60 on every seed.
 Reproduce: python algos/td3_bc_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -85,7 +86,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_steps=60, batch_size=32, hidden_size=32, eval_every=30, eval_episodes=1, save_model=True)
+SMOKE_ARGS = dict(
+    total_steps=60, batch_size=32, hidden_size=32, eval_every=30, eval_episodes=1, save_model=True
+)
 
 LOG_EVERY = 100  # gradient steps between logged losses (and the JAX twin's scan length)
 STATE_EPS = 1e-3  # added to the dataset's state std (the paper's epsilon)
@@ -102,11 +105,13 @@ def prepare_dataset(data, state_mean, state_std):
     """The arrays the update reads (numpy): states normalised, and the target's done flag from
     `terminals` alone: a timeout is where the collector stopped, not the end of the task, so its s'
     is bootstrapped from like any other."""
-    return {"obs": ((data["observations"] - state_mean) / state_std).astype(np.float32),
-            "next_obs": ((data["next_observations"] - state_mean) / state_std).astype(np.float32),
-            "actions": data["actions"].astype(np.float32),
-            "rewards": data["rewards"].astype(np.float32),
-            "terminals": data["terminals"].astype(np.float32)}
+    return {
+        "obs": ((data["observations"] - state_mean) / state_std).astype(np.float32),
+        "next_obs": ((data["next_observations"] - state_mean) / state_std).astype(np.float32),
+        "actions": data["actions"].astype(np.float32),
+        "rewards": data["rewards"].astype(np.float32),
+        "terminals": data["terminals"].astype(np.float32),
+    }
 
 
 def smoothed_target_actions(target_actions, noise, noise_clip, action_scale, action_low, action_high):
@@ -150,6 +155,7 @@ def layer_init(features):
 
 class QNetwork(nn.Module):
     """Q(s, a): the concatenated (normalised) observation and action through a hidden-hidden ReLU MLP."""
+
     hidden_size: int
 
     @nn.compact
@@ -162,6 +168,7 @@ class QNetwork(nn.Module):
 
 class Actor(nn.Module):
     """Deterministic policy mu(s) = scale * tanh(MLP(s)) + bias, inside any finite Box."""
+
     action_dim: int
     hidden_size: int
     action_scale: tuple
@@ -181,8 +188,12 @@ class Agent:
 
     def __init__(self, obs_dim, action_dim, hidden_size, action_scale, action_bias):
         self.obs_dim, self.action_dim = obs_dim, action_dim
-        self.actor = Actor(action_dim, hidden_size, tuple(float(x) for x in action_scale),
-                           tuple(float(x) for x in action_bias))
+        self.actor = Actor(
+            action_dim,
+            hidden_size,
+            tuple(float(x) for x in action_scale),
+            tuple(float(x) for x in action_bias),
+        )
         self.qf = QNetwork(hidden_size)
 
     def init(self, key):
@@ -204,9 +215,18 @@ def check_args(args):
     """Bad input stops here, before any run directory is written. Returns the dataset's info."""
     info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
     if info["discrete"]:
-        raise ValueError(f"{args.dataset} has discrete actions; TD3+BC's deterministic actor needs Box actions. "
-                         f"For discrete offline data use algos/cql_jax.py --discrete")
-    for name in ("total_steps", "batch_size", "hidden_size", "policy_frequency", "eval_every", "eval_episodes"):
+        raise ValueError(
+            f"{args.dataset} has discrete actions; TD3+BC's deterministic actor needs Box actions. "
+            f"For discrete offline data use algos/cql_jax.py --discrete"
+        )
+    for name in (
+        "total_steps",
+        "batch_size",
+        "hidden_size",
+        "policy_frequency",
+        "eval_every",
+        "eval_episodes",
+    ):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
     if args.alpha <= 0:
@@ -239,12 +259,18 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
         saved = flax.serialization.msgpack_restore(f.read())
     space = offline_data.make_env(env_id).action_space
     state_mean, state_std = np.asarray(saved["state_mean"]), np.asarray(saved["state_std"])
-    agent = Agent(len(state_mean), int(np.prod(space.shape)), hidden_size,
-                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    agent = Agent(
+        len(state_mean),
+        int(np.prod(space.shape)),
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     apply = jax.jit(agent.actor.apply)
 
     def policy(obs):
         return np.asarray(apply(saved["actor"], obs))
+
     return run_episodes(policy, env_id, eval_episodes, seed, state_mean, state_std)
 
 
@@ -255,8 +281,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the evaluation environments (episode i gets seed + 10_000 + i).
     random.seed(args.seed)
@@ -279,14 +306,24 @@ def train(args: Args) -> dict:
     action_scale = jnp.asarray((space.high - space.low) / 2.0, dtype=jnp.float32)
     action_low = jnp.asarray(space.low, dtype=jnp.float32)
     action_high = jnp.asarray(space.high, dtype=jnp.float32)
-    agent = Agent(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    agent = Agent(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
     key, init_key = jax.random.split(key)
     params = agent.init(init_key)
     q_optimizer = optax.adam(args.learning_rate)
     actor_optimizer = optax.adam(args.learning_rate)
-    state = {"params": params, "target": params, "q_opt": q_optimizer.init(params["qf"]),
-             "actor_opt": actor_optimizer.init(params["actor"]), "num_updates": jnp.zeros((), jnp.int32),
-             "actor_loss": jnp.zeros(()), "bc_loss": jnp.zeros(()), "lambda": jnp.zeros(()), "pi_values": jnp.zeros(())}
+    state = {
+        "params": params,
+        "target": params,
+        "q_opt": q_optimizer.init(params["qf"]),
+        "actor_opt": actor_optimizer.init(params["actor"]),
+        "num_updates": jnp.zeros((), jnp.int32),
+        "actor_loss": jnp.zeros(()),
+        "bc_loss": jnp.zeros(()),
+        "lambda": jnp.zeros(()),
+        "pi_values": jnp.zeros(()),
+    }
     apply = jax.jit(agent.actor.apply)
 
     def policy(obs):
@@ -296,6 +333,7 @@ def train(args: Args) -> dict:
     def update(state, dataset, idx, key):
         """A block of gradient steps (lax.scan over the rows of idx) as one jitted call. Each step: one
         critic step and, every policy_frequency-th, the actor and the Polyak targets (lax.cond)."""
+
         def one_step(carry, rows):
             state, key = carry
             b = jax.tree.map(lambda v: v[rows], dataset)
@@ -303,8 +341,14 @@ def train(args: Args) -> dict:
             key, noise_key = jax.random.split(key)
             params, target_params = state["params"], state["target"]
             noise = jax.random.normal(noise_key, b["actions"].shape) * args.policy_noise
-            next_actions = smoothed_target_actions(agent.actor.apply(target_params["actor"], b["next_obs"]), noise,
-                                                   args.noise_clip, action_scale, action_low, action_high)
+            next_actions = smoothed_target_actions(
+                agent.actor.apply(target_params["actor"], b["next_obs"]),
+                noise,
+                args.noise_clip,
+                action_scale,
+                action_low,
+                action_high,
+            )
             next_q = agent.q_values(target_params["qf"], b["next_obs"], next_actions)
             target = td3_target(b["rewards"], b["terminals"], next_q[0], next_q[1], args.gamma)
 
@@ -312,39 +356,75 @@ def train(args: Args) -> dict:
                 q = agent.q_values(qf_params, b["obs"], b["actions"])
                 qf1_loss, qf2_loss = critic_losses(q[0], q[1], target)
                 return qf1_loss + qf2_loss, (qf1_loss, qf2_loss, q[0].mean(), q[1].mean())
-            q_grads, (qf1_loss, qf2_loss, qf1_values, qf2_values) = jax.grad(q_loss_fn, has_aux=True)(params["qf"])
+
+            q_grads, (qf1_loss, qf2_loss, qf1_values, qf2_values) = jax.grad(q_loss_fn, has_aux=True)(
+                params["qf"]
+            )
             q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
             qf_params = optax.apply_updates(params["qf"], q_updates)
             num_updates = state["num_updates"] + 1
 
             def delayed(operand):
                 actor_params, actor_opt, target_params = operand
+
                 def actor_loss_fn(actor_params):
                     pi = agent.actor.apply(actor_params, b["obs"])
                     q_pi = agent.q1(qf_params, b["obs"], pi)
                     actor_loss, bc_loss = td3_bc_actor_loss(q_pi, pi, b["actions"], args.alpha, args.bc)
                     return actor_loss, (bc_loss, bc_lambda(q_pi, args.alpha), q_pi.mean())
-                (actor_loss, (bc_loss, lmbda, pi_values)), actor_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(actor_params)
+
+                (actor_loss, (bc_loss, lmbda, pi_values)), actor_grads = jax.value_and_grad(
+                    actor_loss_fn, has_aux=True
+                )(actor_params)
                 actor_updates, actor_opt = actor_optimizer.update(actor_grads, actor_opt)
                 actor_params = optax.apply_updates(actor_params, actor_updates)
                 online = {"actor": actor_params, "qf": qf_params}
-                target_params = optax.incremental_update(online, target_params, args.tau)  # target += tau * (online - target)
+                target_params = optax.incremental_update(
+                    online, target_params, args.tau
+                )  # target += tau * (online - target)
                 return actor_params, actor_opt, target_params, actor_loss, bc_loss, lmbda, pi_values
 
             def skip(operand):
                 actor_params, actor_opt, target_params = operand
-                return (actor_params, actor_opt, target_params, state["actor_loss"], state["bc_loss"], state["lambda"],
-                        state["pi_values"])
+                return (
+                    actor_params,
+                    actor_opt,
+                    target_params,
+                    state["actor_loss"],
+                    state["bc_loss"],
+                    state["lambda"],
+                    state["pi_values"],
+                )
 
             actor_params, actor_opt, target_params, actor_loss, bc_loss, lmbda, pi_values = jax.lax.cond(
-                num_updates % args.policy_frequency == 0, delayed, skip,
-                (params["actor"], state["actor_opt"], target_params))
-            state = {"params": {"actor": actor_params, "qf": qf_params}, "target": target_params, "q_opt": q_opt,
-                     "actor_opt": actor_opt, "num_updates": num_updates, "actor_loss": actor_loss,
-                     "bc_loss": bc_loss, "lambda": lmbda, "pi_values": pi_values}
-            losses = {"qf1_loss": qf1_loss, "qf2_loss": qf2_loss, "qf1_values": qf1_values, "qf2_values": qf2_values,
-                      "actor_loss": actor_loss, "bc_loss": bc_loss, "lambda": lmbda, "pi_values": pi_values}
+                num_updates % args.policy_frequency == 0,
+                delayed,
+                skip,
+                (params["actor"], state["actor_opt"], target_params),
+            )
+            state = {
+                "params": {"actor": actor_params, "qf": qf_params},
+                "target": target_params,
+                "q_opt": q_opt,
+                "actor_opt": actor_opt,
+                "num_updates": num_updates,
+                "actor_loss": actor_loss,
+                "bc_loss": bc_loss,
+                "lambda": lmbda,
+                "pi_values": pi_values,
+            }
+            losses = {
+                "qf1_loss": qf1_loss,
+                "qf2_loss": qf2_loss,
+                "qf1_values": qf1_values,
+                "qf2_values": qf2_values,
+                "actor_loss": actor_loss,
+                "bc_loss": bc_loss,
+                "lambda": lmbda,
+                "pi_values": pi_values,
+            }
             return (state, key), losses
+
         (state, key), losses = jax.lax.scan(one_step, (state, key), idx)
         return state, jax.tree.map(lambda v: v[-1], losses), key
 
@@ -354,7 +434,9 @@ def train(args: Args) -> dict:
     while step < args.total_steps:
         # ---- a block of gradient steps up to the next log point, evaluation or the end; the
         # minibatch indices of the whole block are drawn at once (numpy, the same in both twins)
-        block = min(LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step)
+        block = min(
+            LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step
+        )
         idx = jnp.asarray(rng.integers(0, size, size=(block, args.batch_size)))
         state, step_losses, key = update(state, dataset, idx, key)
         step += block
@@ -367,16 +449,25 @@ def train(args: Args) -> dict:
 
         # ---- evaluation: the deterministic policy, episode i seeded seed + 10_000 + i
         if step % args.eval_every == 0 or step == args.total_steps:
-            returns = run_episodes(policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std)
+            returns = run_episodes(
+                policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std
+            )
             mean_return = float(returns.mean())
             for r in returns:
                 episode_returns.append((step, float(r)))
                 writer.add_scalar("eval/episodic_return", r, step)
-            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, mean_return)), step)
+            writer.add_scalar(
+                "eval/normalized_score", float(offline_data.normalized_score(args.dataset, mean_return)), step
+            )
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {mean_return:7.1f}  "
-                  f"SPS {int(step / (time.time() - start_time)):5,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {mean_return:7.1f}  "
+                f"SPS {int(step / (time.time() - start_time)):5,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -394,7 +485,11 @@ def train(args: Args) -> dict:
     if args.save_model:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
-            f.write(flax.serialization.to_bytes({**state["params"], "state_mean": state_mean, "state_std": state_std}))
+            f.write(
+                flax.serialization.to_bytes(
+                    {**state["params"], "state_mean": state_mean, "state_std": state_std}
+                )
+            )
         eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/saved_model_return", r, i)

@@ -24,6 +24,7 @@ TD3 (--no-bc) fails on the narrow pendulum-expert data (-30 against 101) and doe
 ones (101): the page says why. Registered: pendulum-medium >= 60 on every seed.
 Reproduce: python algos/td3_bc_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -82,7 +83,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_steps=60, batch_size=32, hidden_size=32, eval_every=30, eval_episodes=1, save_model=True)
+SMOKE_ARGS = dict(
+    total_steps=60, batch_size=32, hidden_size=32, eval_every=30, eval_episodes=1, save_model=True
+)
 
 LOG_EVERY = 100  # gradient steps between logged losses (and the JAX twin's scan length)
 STATE_EPS = 1e-3  # added to the dataset's state std (the paper's epsilon)
@@ -99,11 +102,13 @@ def prepare_dataset(data, state_mean, state_std):
     """The arrays the update reads (numpy): states normalised, and the target's done flag from
     `terminals` alone: a timeout is where the collector stopped, not the end of the task, so its s'
     is bootstrapped from like any other."""
-    return {"obs": ((data["observations"] - state_mean) / state_std).astype(np.float32),
-            "next_obs": ((data["next_observations"] - state_mean) / state_std).astype(np.float32),
-            "actions": data["actions"].astype(np.float32),
-            "rewards": data["rewards"].astype(np.float32),
-            "terminals": data["terminals"].astype(np.float32)}
+    return {
+        "obs": ((data["observations"] - state_mean) / state_std).astype(np.float32),
+        "next_obs": ((data["next_observations"] - state_mean) / state_std).astype(np.float32),
+        "actions": data["actions"].astype(np.float32),
+        "rewards": data["rewards"].astype(np.float32),
+        "terminals": data["terminals"].astype(np.float32),
+    }
 
 
 def smoothed_target_actions(target_actions, noise, noise_clip, action_scale, action_low, action_high):
@@ -153,8 +158,10 @@ class QNetwork(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim + action_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, 1)),
         )
 
@@ -168,8 +175,10 @@ class Actor(nn.Module):
     def __init__(self, obs_dim, action_dim, hidden_size, action_scale, action_bias):
         super().__init__()
         self.net = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)), nn.ReLU(),
-            layer_init(nn.Linear(hidden_size, hidden_size)), nn.ReLU(),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
+            nn.ReLU(),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
+            nn.ReLU(),
             layer_init(nn.Linear(hidden_size, action_dim)),
         )
         self.register_buffer("action_scale", torch.as_tensor(action_scale, dtype=torch.float32))
@@ -183,9 +192,18 @@ def check_args(args):
     """Bad input stops here, before any run directory is written. Returns the dataset's info."""
     info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
     if info["discrete"]:
-        raise ValueError(f"{args.dataset} has discrete actions; TD3+BC's deterministic actor needs Box actions. "
-                         f"For discrete offline data use algos/cql_torch.py --discrete")
-    for name in ("total_steps", "batch_size", "hidden_size", "policy_frequency", "eval_every", "eval_episodes"):
+        raise ValueError(
+            f"{args.dataset} has discrete actions; TD3+BC's deterministic actor needs Box actions. "
+            f"For discrete offline data use algos/cql_torch.py --discrete"
+        )
+    for name in (
+        "total_steps",
+        "batch_size",
+        "hidden_size",
+        "policy_frequency",
+        "eval_every",
+        "eval_episodes",
+    ):
         if getattr(args, name) < 1:
             raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
     if args.alpha <= 0:
@@ -217,13 +235,19 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     saved = torch.load(model_path, map_location="cpu")
     space = offline_data.make_env(env_id).action_space
     state_mean, state_std = saved["state_mean"].numpy(), saved["state_std"].numpy()
-    actor = Actor(len(state_mean), int(np.prod(space.shape)), hidden_size,
-                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor = Actor(
+        len(state_mean),
+        int(np.prod(space.shape)),
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     actor.load_state_dict(saved["actor"])
 
     def policy(obs):
         with torch.no_grad():
             return actor(torch.as_tensor(obs)).numpy()
+
     return run_episodes(policy, env_id, eval_episodes, seed, state_mean, state_std)
 
 
@@ -234,14 +258,17 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.dataset}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the evaluation environments (episode i gets seed + 10_000 + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    torch.set_num_threads(1)  # one intra-op thread: 128-wide networks (two are for the 256-wide SAC / TD3 / DDPG)
+    torch.set_num_threads(
+        1
+    )  # one intra-op thread: 128-wide networks (two are for the 256-wide SAC / TD3 / DDPG)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(args.seed)
 
@@ -257,17 +284,29 @@ def train(args: Args) -> dict:
     action_scale = torch.as_tensor((space.high - space.low) / 2.0, dtype=torch.float32, device=device)
     action_low = torch.as_tensor(space.low, dtype=torch.float32, device=device)
     action_high = torch.as_tensor(space.high, dtype=torch.float32, device=device)
-    actor = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
-    actor_target = Actor(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    actor = Actor(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
+    actor_target = Actor(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
     actor_target.load_state_dict(actor.state_dict())
-    qf1, qf2 = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
-    qf1_target, qf2_target = QNetwork(obs_dim, action_dim, args.hidden_size), QNetwork(obs_dim, action_dim, args.hidden_size)
+    qf1, qf2 = (
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+    )
+    qf1_target, qf2_target = (
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+        QNetwork(obs_dim, action_dim, args.hidden_size),
+    )
     qf1_target.load_state_dict(qf1.state_dict())
     qf2_target.load_state_dict(qf2.state_dict())
     for net in (actor, actor_target, qf1, qf2, qf1_target, qf2_target):
         net.to(device)
     q_params = list(qf1.parameters()) + list(qf2.parameters())
-    target_params = list(qf1_target.parameters()) + list(qf2_target.parameters()) + list(actor_target.parameters())
+    target_params = (
+        list(qf1_target.parameters()) + list(qf2_target.parameters()) + list(actor_target.parameters())
+    )
     online_params = q_params + list(actor.parameters())
     q_optimizer = torch.optim.Adam(q_params, lr=args.learning_rate)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate)
@@ -284,17 +323,25 @@ def train(args: Args) -> dict:
     while step < args.total_steps:
         # ---- a block of gradient steps up to the next log point, evaluation or the end; the
         # minibatch indices of the whole block are drawn at once (numpy, the same in both twins)
-        block = min(LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step)
+        block = min(
+            LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step
+        )
         idx = torch.as_tensor(rng.integers(0, size, size=(block, args.batch_size)), device=device)
         for rows in idx:
             b = {k: v[rows] for k, v in dataset.items()}
             # ---- one critic step; every policy_frequency-th step also the actor and the Polyak targets
             with torch.no_grad():
                 noise = torch.randn_like(b["actions"]) * args.policy_noise
-                next_actions = smoothed_target_actions(actor_target(b["next_obs"]), noise, args.noise_clip,
-                                                       action_scale, action_low, action_high)
-                target = td3_target(b["rewards"], b["terminals"], qf1_target(b["next_obs"], next_actions),
-                                    qf2_target(b["next_obs"], next_actions), args.gamma)
+                next_actions = smoothed_target_actions(
+                    actor_target(b["next_obs"]), noise, args.noise_clip, action_scale, action_low, action_high
+                )
+                target = td3_target(
+                    b["rewards"],
+                    b["terminals"],
+                    qf1_target(b["next_obs"], next_actions),
+                    qf2_target(b["next_obs"], next_actions),
+                    args.gamma,
+                )
             q1, q2 = qf1(b["obs"], b["actions"]), qf2(b["obs"], b["actions"])
             qf1_loss, qf2_loss = critic_losses(q1, q2, target)
             q_optimizer.zero_grad()
@@ -312,30 +359,47 @@ def train(args: Args) -> dict:
                 actor_loss.backward(inputs=list(actor.parameters()))
                 actor_optimizer.step()
                 with torch.no_grad():
-                    torch._foreach_lerp_(target_params, online_params, args.tau)  # target += tau * (online - target)
+                    torch._foreach_lerp_(
+                        target_params, online_params, args.tau
+                    )  # target += tau * (online - target)
         step += block
 
         if step % LOG_EVERY == 0 or step == args.total_steps:
-            losses = {"qf1_loss": qf1_loss.item(), "qf2_loss": qf2_loss.item(),
-                      "qf1_values": q1.mean().item(), "qf2_values": q2.mean().item(),
-                      "actor_loss": actor_loss.item(), "bc_loss": bc_loss.item(), "lambda": lmbda.item(),
-                      "pi_values": pi_values.item()}
+            losses = {
+                "qf1_loss": qf1_loss.item(),
+                "qf2_loss": qf2_loss.item(),
+                "qf1_values": q1.mean().item(),
+                "qf2_values": q2.mean().item(),
+                "actor_loss": actor_loss.item(),
+                "bc_loss": bc_loss.item(),
+                "lambda": lmbda.item(),
+                "pi_values": pi_values.item(),
+            }
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, step)
             writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
 
         # ---- evaluation: the deterministic policy, episode i seeded seed + 10_000 + i
         if step % args.eval_every == 0 or step == args.total_steps:
-            returns = run_episodes(policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std)
+            returns = run_episodes(
+                policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std
+            )
             mean_return = float(returns.mean())
             for r in returns:
                 episode_returns.append((step, float(r)))
                 writer.add_scalar("eval/episodic_return", r, step)
-            writer.add_scalar("eval/normalized_score", float(offline_data.normalized_score(args.dataset, mean_return)), step)
+            writer.add_scalar(
+                "eval/normalized_score", float(offline_data.normalized_score(args.dataset, mean_return)), step
+            )
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {mean_return:7.1f}  "
-                  f"SPS {int(step / (time.time() - start_time)):5,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  eval return {mean_return:7.1f}  "
+                f"SPS {int(step / (time.time() - start_time)):5,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -352,8 +416,16 @@ def train(args: Args) -> dict:
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")
-        torch.save({"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(),
-                    "state_mean": torch.as_tensor(state_mean), "state_std": torch.as_tensor(state_std)}, model_path)
+        torch.save(
+            {
+                "actor": actor.state_dict(),
+                "qf1": qf1.state_dict(),
+                "qf2": qf2.state_dict(),
+                "state_mean": torch.as_tensor(state_mean),
+                "state_std": torch.as_tensor(state_std),
+            },
+            model_path,
+        )
         eval_returns = evaluate(model_path, env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/saved_model_return", r, i)

@@ -16,6 +16,7 @@ on Pendulum-v1 at 30k steps the 10-episode means of seeds 1-3 were -164.5 / -118
 final_mean_return here is the mean of the last 10 episodes.
 Reproduce: python algos/td3_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -76,8 +77,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=600, learning_starts=300, batch_size=32, hidden_size=32,
-                  save_model=True, eval_episodes=1)
+SMOKE_ARGS = dict(
+    total_timesteps=600, learning_starts=300, batch_size=32, hidden_size=32, save_model=True, eval_episodes=1
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -115,6 +117,7 @@ def layer_init(features):
 
 class QNetwork(nn.Module):
     """Q(s, a): the concatenated observation and action through a hidden-hidden ReLU MLP."""
+
     hidden_size: int
 
     @nn.compact
@@ -127,6 +130,7 @@ class QNetwork(nn.Module):
 
 class Actor(nn.Module):
     """Deterministic policy mu(s) = scale * tanh(MLP(s)) + bias, inside any finite Box."""
+
     action_dim: int
     hidden_size: int
     action_scale: tuple
@@ -146,8 +150,12 @@ class Agent:
 
     def __init__(self, obs_dim, action_dim, hidden_size, action_scale, action_bias):
         self.obs_dim, self.action_dim = obs_dim, action_dim
-        self.actor = Actor(action_dim, hidden_size, tuple(float(x) for x in action_scale),
-                           tuple(float(x) for x in action_bias))
+        self.actor = Actor(
+            action_dim,
+            hidden_size,
+            tuple(float(x) for x in action_scale),
+            tuple(float(x) for x in action_bias),
+        )
         self.qf = QNetwork(hidden_size)
 
     def init(self, key):
@@ -165,8 +173,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def transition_next_obs(next_obs, infos):
@@ -183,15 +195,21 @@ def transition_next_obs(next_obs, infos):
 def check_args(args):
     """Bad input stops here, before any environment is built or any step is taken."""
     if args.learning_starts >= args.total_timesteps:
-        raise ValueError(f"learning_starts = {args.learning_starts} leaves no update within "
-                         f"total_timesteps = {args.total_timesteps}")
+        raise ValueError(
+            f"learning_starts = {args.learning_starts} leaves no update within "
+            f"total_timesteps = {args.total_timesteps}"
+        )
     if args.batch_size > args.learning_starts:
-        raise ValueError(f"batch_size = {args.batch_size} is more than the warm-up fills "
-                         f"(learning_starts = {args.learning_starts})")
+        raise ValueError(
+            f"batch_size = {args.batch_size} is more than the warm-up fills "
+            f"(learning_starts = {args.learning_starts})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
+        )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise ValueError(f"{args.env_id} has unbounded actions; the tanh squashing needs finite bounds")
     if args.policy_frequency < 1:
@@ -202,8 +220,13 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
     """Load the saved parameters into a fresh network; run the deterministic policy without noise."""
     env = gym.make(env_id)
     space = env.action_space
-    agent = Agent(int(np.prod(env.observation_space.shape)), int(np.prod(space.shape)), hidden_size,
-                  (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    agent = Agent(
+        int(np.prod(env.observation_space.shape)),
+        int(np.prod(space.shape)),
+        hidden_size,
+        (space.high - space.low) / 2.0,
+        (space.high + space.low) / 2.0,
+    )
     with open(model_path, "rb") as f:
         params = flax.serialization.from_bytes(agent.init(jax.random.PRNGKey(0)), f.read())
     policy = jax.jit(agent.actor.apply)
@@ -227,8 +250,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -246,14 +270,21 @@ def train(args: Args) -> dict:
     action_scale = jnp.asarray((space.high - space.low) / 2.0, dtype=jnp.float32)
     action_low = jnp.asarray(space.low, dtype=jnp.float32)
     action_high = jnp.asarray(space.high, dtype=jnp.float32)
-    agent = Agent(obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0)
+    agent = Agent(
+        obs_dim, action_dim, args.hidden_size, (space.high - space.low) / 2.0, (space.high + space.low) / 2.0
+    )
     key, init_key = jax.random.split(key)
     params = agent.init(init_key)
     q_optimizer = optax.adam(args.learning_rate)
     actor_optimizer = optax.adam(args.learning_rate)
-    state = {"params": params, "target": params, "q_opt": q_optimizer.init(params["qf"]),
-             "actor_opt": actor_optimizer.init(params["actor"]), "num_updates": jnp.zeros((), jnp.int32),
-             "actor_loss": jnp.zeros(())}
+    state = {
+        "params": params,
+        "target": params,
+        "q_opt": q_optimizer.init(params["qf"]),
+        "actor_opt": actor_optimizer.init(params["actor"]),
+        "num_updates": jnp.zeros((), jnp.int32),
+        "actor_loss": jnp.zeros(()),
+    }
 
     @jax.jit
     def act(actor_params, obs, key):
@@ -270,8 +301,14 @@ def train(args: Args) -> dict:
         key, noise_key = jax.random.split(key)
         params, target_params = state["params"], state["target"]
         noise = jax.random.normal(noise_key, batch["actions"].shape) * args.policy_noise
-        next_actions = smoothed_target_actions(agent.actor.apply(target_params["actor"], batch["next_obs"]), noise,
-                                               args.noise_clip, action_scale, action_low, action_high)
+        next_actions = smoothed_target_actions(
+            agent.actor.apply(target_params["actor"], batch["next_obs"]),
+            noise,
+            args.noise_clip,
+            action_scale,
+            action_low,
+            action_high,
+        )
         next_q = agent.q_values(target_params["qf"], batch["next_obs"], next_actions)
         target = td3_target(batch["rewards"], batch["terminated"], next_q[0], next_q[1], args.gamma)
 
@@ -279,22 +316,30 @@ def train(args: Args) -> dict:
             q = agent.q_values(qf_params, batch["obs"], batch["actions"])
             qf1_loss, qf2_loss = critic_losses(q[0], q[1], target)
             return qf1_loss + qf2_loss, (qf1_loss, qf2_loss, q[0].mean(), q[1].mean())
-        q_grads, (qf1_loss, qf2_loss, qf1_values, qf2_values) = jax.grad(q_loss_fn, has_aux=True)(params["qf"])
+
+        q_grads, (qf1_loss, qf2_loss, qf1_values, qf2_values) = jax.grad(q_loss_fn, has_aux=True)(
+            params["qf"]
+        )
         q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
         qf_params = optax.apply_updates(params["qf"], q_updates)
         num_updates = state["num_updates"] + 1
 
         def delayed(operand):
             actor_params, actor_opt, target_params = operand
+
             def actor_loss_fn(actor_params):
-                q1 = jax.vmap(agent.qf.apply, in_axes=(0, None, None))(qf_params, batch["obs"],
-                                                                      agent.actor.apply(actor_params, batch["obs"]))[0]
+                q1 = jax.vmap(agent.qf.apply, in_axes=(0, None, None))(
+                    qf_params, batch["obs"], agent.actor.apply(actor_params, batch["obs"])
+                )[0]
                 return td3_actor_loss(q1)
+
             actor_loss, actor_grads = jax.value_and_grad(actor_loss_fn)(actor_params)
             actor_updates, actor_opt = actor_optimizer.update(actor_grads, actor_opt)
             actor_params = optax.apply_updates(actor_params, actor_updates)
             online = {"actor": actor_params, "qf": qf_params}
-            target_params = optax.incremental_update(online, target_params, args.tau)  # target += tau * (online - target)
+            target_params = optax.incremental_update(
+                online, target_params, args.tau
+            )  # target += tau * (online - target)
             return actor_params, actor_opt, target_params, actor_loss
 
         def skip(operand):
@@ -302,11 +347,26 @@ def train(args: Args) -> dict:
             return actor_params, actor_opt, target_params, state["actor_loss"]
 
         actor_params, actor_opt, target_params, actor_loss = jax.lax.cond(
-            num_updates % args.policy_frequency == 0, delayed, skip, (params["actor"], state["actor_opt"], target_params))
-        state = {"params": {"actor": actor_params, "qf": qf_params}, "target": target_params, "q_opt": q_opt,
-                 "actor_opt": actor_opt, "num_updates": num_updates, "actor_loss": actor_loss}
-        losses = {"qf1_loss": qf1_loss, "qf2_loss": qf2_loss, "qf1_values": qf1_values, "qf2_values": qf2_values,
-                  "actor_loss": actor_loss}
+            num_updates % args.policy_frequency == 0,
+            delayed,
+            skip,
+            (params["actor"], state["actor_opt"], target_params),
+        )
+        state = {
+            "params": {"actor": actor_params, "qf": qf_params},
+            "target": target_params,
+            "q_opt": q_opt,
+            "actor_opt": actor_opt,
+            "num_updates": num_updates,
+            "actor_loss": actor_loss,
+        }
+        losses = {
+            "qf1_loss": qf1_loss,
+            "qf2_loss": qf2_loss,
+            "qf1_values": qf1_values,
+            "qf2_values": qf2_values,
+            "actor_loss": actor_loss,
+        }
         return state, losses, key
 
     # buffers on the host; each sampled batch moves to the device
@@ -353,8 +413,13 @@ def train(args: Args) -> dict:
 
         # ---- one critic step; every policy_frequency-th step also the actor and the Polyak targets
         idx = np.random.randint(0, min(global_step, capacity), size=args.batch_size)
-        batch = {"obs": obs_buf[idx], "next_obs": next_obs_buf[idx], "actions": actions_buf[idx],
-                 "rewards": rewards_buf[idx], "terminated": terminated_buf[idx]}
+        batch = {
+            "obs": obs_buf[idx],
+            "next_obs": next_obs_buf[idx],
+            "actions": actions_buf[idx],
+            "rewards": rewards_buf[idx],
+            "terminated": terminated_buf[idx],
+        }
         state, step_losses, key = update(state, batch, key)
 
         if global_step % 100 == 0 or global_step == args.total_timesteps:
@@ -366,8 +431,13 @@ def train(args: Args) -> dict:
             if args.progress and (time.time() - last_print > 0.5 or global_step == args.total_timesteps):
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
-                print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(10) {mean_recent:7.1f}  "
-                      f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(10) {mean_recent:7.1f}  "
+                    f"SPS {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -386,7 +456,9 @@ def train(args: Args) -> dict:
         model_path = os.path.join(run_dir, "model.msgpack")
         with open(model_path, "wb") as f:
             f.write(flax.serialization.to_bytes(state["params"]))
-        eval_returns = evaluate(model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size)
+        eval_returns = evaluate(
+            model_path, args.env_id, args.eval_episodes, args.seed + 10_000, args.hidden_size
+        )
         for i, r in enumerate(eval_returns):
             writer.add_scalar("eval/episodic_return", r, i)
         summary.update(model_path=model_path, eval_mean_return=float(np.mean(eval_returns)))

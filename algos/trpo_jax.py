@@ -20,6 +20,7 @@ Learning (pytest -m learning): on CartPole-v1 at 200k steps the 20-episode means
 500.0 / 483.5 / 500.0 (torch) and 500.0 / 500.0 / 500.0 (JAX); registered as >= 450 on every seed.
 Reproduce: python algos/trpo_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -83,7 +84,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=1024, num_envs=4, num_steps=128, vf_iters=2, save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=1024, num_envs=4, num_steps=128, vf_iters=2, save_model=True, eval_episodes=2
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -106,8 +109,9 @@ def compute_gae(rewards, values, dones, last_value, gamma, lam):
         advantage = delta + gamma * lam * not_done * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value),
-                                 (rewards, values, next_values, dones), reverse=True)
+    _, advantages = jax.lax.scan(
+        step, jnp.zeros_like(last_value), (rewards, values, next_values, dones), reverse=True
+    )
     return advantages, advantages + values
 
 
@@ -162,7 +166,7 @@ def line_search(objective, theta, full_step, max_kl, backtrack_iters):
     (theta_new, accepted, step_fraction); when nothing is accepted, theta itself (unchanged)."""
     surrogate_old, _ = objective(theta)
     for k in range(backtrack_iters):
-        fraction = 0.5 ** k
+        fraction = 0.5**k
         candidate = theta + fraction * full_step
         surrogate_new, kl = objective(candidate)
         if float(kl) <= max_kl and float(surrogate_new - surrogate_old) > 0:
@@ -172,12 +176,14 @@ def line_search(objective, theta, full_step, max_kl, backtrack_iters):
 
 # ----------------------------------------------------------------------------- networks
 def layer_init(features, std=np.sqrt(2), bias_const=0.0):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(std),
-                    bias_init=nn.initializers.constant(bias_const))
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(std), bias_init=nn.initializers.constant(bias_const)
+    )
 
 
 class MLP(nn.Module):
     """64-64 tanh trunk and a linear head; the actor and the critic are two separate MLPs."""
+
     out_dim: int
     head_std: float
 
@@ -228,8 +234,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
@@ -238,12 +248,16 @@ def check_args(args):
     if not args.max_kl > 0:
         raise ValueError(f"max_kl = {args.max_kl}: the trust region needs a positive radius")
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -275,8 +289,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -301,15 +316,20 @@ def train(args: Args) -> dict:
 
     @jax.jit
     def surrogate_grad(theta, batch):
-        surrogate_fn = lambda theta: surrogate(categorical_log_prob(policy_logits(theta, batch["obs"]), batch["actions"]),
-                                               batch["logps"], batch["advantages"])
+        surrogate_fn = lambda theta: surrogate(
+            categorical_log_prob(policy_logits(theta, batch["obs"]), batch["actions"]),
+            batch["logps"],
+            batch["advantages"],
+        )
         return jax.grad(surrogate_fn)(theta)
 
     @jax.jit
     def objective(theta, batch):
         logp = categorical_log_prob(policy_logits(theta, batch["obs"]), batch["actions"])
-        return (surrogate(logp, batch["logps"], batch["advantages"]),
-                categorical_kl(batch["logits_old"], policy_logits(theta, batch["obs"])))
+        return (
+            surrogate(logp, batch["logps"], batch["advantages"]),
+            categorical_kl(batch["logits_old"], policy_logits(theta, batch["obs"])),
+        )
 
     @jax.jit
     def fvp(theta, v, batch):
@@ -319,13 +339,17 @@ def train(args: Args) -> dict:
     @jax.jit
     def update_critic(critic_params, opt_state, obs, returns):
         """vf_iters full-batch Adam steps on the value regression, one jitted call (lax.scan)."""
+
         def step(carry, _):
             critic_params, opt_state = carry
             v_loss_fn = lambda cp: 0.5 * ((agent.critic.apply(cp, obs).squeeze(-1) - returns) ** 2).mean()
             v_loss, grads = jax.value_and_grad(v_loss_fn)(critic_params)
             updates, opt_state = optimizer.update(grads, opt_state, critic_params)
             return (optax.apply_updates(critic_params, updates), opt_state), v_loss
-        (critic_params, opt_state), v_losses = jax.lax.scan(step, (critic_params, opt_state), None, length=args.vf_iters)
+
+        (critic_params, opt_state), v_losses = jax.lax.scan(
+            step, (critic_params, opt_state), None, length=args.vf_iters
+        )
         return critic_params, opt_state, v_losses[-1]
 
     get_value = jax.jit(agent.get_value)
@@ -377,8 +401,9 @@ def train(args: Args) -> dict:
 
         # ---- advantages (bootstrap from the observation after the rollout)
         last_value = get_value(params, next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- policy: one natural-gradient step inside the KL trust region
         b_advantages = advantages.reshape(-1)
@@ -386,8 +411,13 @@ def train(args: Args) -> dict:
             b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std(ddof=1) + 1e-8)
         theta, _ = ravel_pytree(params["actor"])
         b_obs = obs_buf.reshape(batch_size, obs_dim)
-        batch = {"obs": b_obs, "actions": actions_buf.reshape(-1), "logps": logps_buf.reshape(-1),
-                 "advantages": b_advantages, "logits_old": policy_logits(theta, b_obs)}
+        batch = {
+            "obs": b_obs,
+            "actions": actions_buf.reshape(-1),
+            "logps": logps_buf.reshape(-1),
+            "advantages": b_advantages,
+            "logits_old": policy_logits(theta, b_obs),
+        }
 
         g = surrogate_grad(theta, batch)
         Fvp = lambda v: fvp(theta, v, batch)
@@ -395,8 +425,9 @@ def train(args: Args) -> dict:
         # Scale so that the quadratic model of the KL, 0.5 s^T F s, equals max_kl.
         shs = 0.5 * (step_dir @ Fvp(step_dir))
         full_step = step_dir * jnp.sqrt(args.max_kl / shs)
-        new_theta, accepted, fraction = line_search(lambda theta: objective(theta, batch), theta, full_step,
-                                                    args.max_kl, args.backtrack_iters)
+        new_theta, accepted, fraction = line_search(
+            lambda theta: objective(theta, batch), theta, full_step, args.max_kl, args.backtrack_iters
+        )
         params = {"actor": unflatten(new_theta), "critic": params["critic"]}
         surrogate_new, kl_new = objective(new_theta, batch)
         surrogate_old, _ = objective(theta, batch)
@@ -405,9 +436,14 @@ def train(args: Args) -> dict:
         b_returns, b_values = np.asarray(returns).reshape(-1), values_buf.reshape(-1)
         critic_params, opt_state, v_loss = update_critic(params["critic"], opt_state, b_obs, b_returns)
         params = {"actor": params["actor"], "critic": critic_params}
-        stats = {"surrogate_improvement": float(surrogate_new - surrogate_old), "kl": float(kl_new),
-                 "step_fraction": fraction, "accepted": float(accepted), "value_loss": float(v_loss),
-                 "expected_improvement": float(g @ full_step)}
+        stats = {
+            "surrogate_improvement": float(surrogate_new - surrogate_old),
+            "kl": float(kl_new),
+            "step_fraction": fraction,
+            "accepted": float(accepted),
+            "value_loss": float(v_loss),
+            "expected_improvement": float(g @ full_step),
+        }
 
         var_returns = b_returns.var(ddof=1)
         explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var(ddof=1) / var_returns
@@ -419,8 +455,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 

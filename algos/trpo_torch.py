@@ -20,6 +20,7 @@ Learning (pytest -m learning): on CartPole-v1 at 200k steps the 20-episode means
 500.0 / 483.5 / 500.0 (torch) and 500.0 / 500.0 / 500.0 (JAX); registered as >= 450 on every seed.
 Reproduce: python algos/trpo_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -79,7 +80,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(total_timesteps=1024, num_envs=4, num_steps=128, vf_iters=2, save_model=True, eval_episodes=2)
+SMOKE_ARGS = dict(
+    total_timesteps=1024, num_envs=4, num_steps=128, vf_iters=2, save_model=True, eval_episodes=2
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -158,7 +161,7 @@ def line_search(objective, theta, full_step, max_kl, backtrack_iters):
     (theta_new, accepted, step_fraction); when nothing is accepted, theta itself (unchanged)."""
     surrogate_old, _ = objective(theta)
     for k in range(backtrack_iters):
-        fraction = 0.5 ** k
+        fraction = 0.5**k
         candidate = theta + fraction * full_step
         surrogate_new, kl = objective(candidate)
         if float(kl) <= max_kl and float(surrogate_new - surrogate_old) > 0:
@@ -179,13 +182,17 @@ class Agent(nn.Module):
     def __init__(self, obs_dim, num_actions):
         super().__init__()
         self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, 1), std=1.0),
         )
         self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, num_actions), std=0.01),
         )
 
@@ -214,8 +221,12 @@ def make_envs(env_id, num_envs):
     """Vector env with the autoreset mode chosen explicitly: SAME_STEP. When an episode ends at a
     step, that step already returns the next episode's first observation, and the true last
     observation comes in infos["final_obs"] (masked by infos["_final_obs"])."""
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
 
 
 def check_args(args):
@@ -224,12 +235,16 @@ def check_args(args):
     if not args.max_kl > 0:
         raise ValueError(f"max_kl = {args.max_kl}: the trust region needs a positive radius")
     if args.total_timesteps < batch_size:
-        raise ValueError(f"total_timesteps = {args.total_timesteps} is less than one rollout "
-                         f"(num_envs * num_steps = {batch_size})")
+        raise ValueError(
+            f"total_timesteps = {args.total_timesteps} is less than one rollout "
+            f"(num_envs * num_steps = {batch_size})"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"{args.env_id} has a {type(space).__name__} action space; this script is "
-                         f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py")
+        raise ValueError(
+            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed):
@@ -260,8 +275,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
@@ -318,7 +334,9 @@ def train(args: Args) -> dict:
             reward = reward.astype(np.float32)
             only_truncated = truncated & ~terminated
             if only_truncated.any():
-                final_obs = torch.as_tensor(np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device)
+                final_obs = torch.as_tensor(
+                    np.stack(infos["final_obs"][only_truncated]), dtype=torch.float32, device=device
+                )
                 with torch.no_grad():
                     reward[only_truncated] += args.gamma * agent.get_value(final_obs).cpu().numpy()
             rewards_buf[step] = torch.as_tensor(reward, device=device)
@@ -334,20 +352,27 @@ def train(args: Args) -> dict:
         # ---- advantages (bootstrap from the observation after the rollout)
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
-        advantages, returns = compute_gae(rewards_buf, values_buf, dones_buf, last_value,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
+        )
 
         # ---- policy: one natural-gradient step inside the KL trust region
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_actions, b_logps = actions_buf.reshape(-1), logps_buf.reshape(-1)
-        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values_buf.reshape(-1)
+        b_advantages, b_returns, b_values = (
+            advantages.reshape(-1),
+            returns.reshape(-1),
+            values_buf.reshape(-1),
+        )
         if args.norm_adv:
             b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
         theta = nn.utils.parameters_to_vector(agent.actor.parameters()).detach()
         with torch.no_grad():
             logits_old = agent.actor(b_obs)
         policy_logits = lambda theta: functional_call(agent.actor, unflatten(theta), (b_obs,))
-        surrogate_fn = lambda theta: surrogate(categorical_log_prob(policy_logits(theta), b_actions), b_logps, b_advantages)
+        surrogate_fn = lambda theta: surrogate(
+            categorical_log_prob(policy_logits(theta), b_actions), b_logps, b_advantages
+        )
         kl_fn = lambda theta: categorical_kl(logits_old, policy_logits(theta))
 
         def objective(theta):
@@ -361,7 +386,9 @@ def train(args: Args) -> dict:
         # Scale so that the quadratic model of the KL, 0.5 s^T F s, equals max_kl.
         shs = 0.5 * (step_dir @ Fvp(step_dir))
         full_step = step_dir * torch.sqrt(args.max_kl / shs)
-        new_theta, accepted, fraction = line_search(objective, theta, full_step, args.max_kl, args.backtrack_iters)
+        new_theta, accepted, fraction = line_search(
+            objective, theta, full_step, args.max_kl, args.backtrack_iters
+        )
         nn.utils.vector_to_parameters(new_theta, agent.actor.parameters())
         surrogate_new, kl_new = objective(new_theta)
         surrogate_old, _ = objective(theta)
@@ -372,12 +399,19 @@ def train(args: Args) -> dict:
             optimizer.zero_grad()
             v_loss.backward()
             optimizer.step()
-        stats = {"surrogate_improvement": (surrogate_new - surrogate_old).item(), "kl": kl_new.item(),
-                 "step_fraction": fraction, "accepted": float(accepted), "value_loss": v_loss.item(),
-                 "expected_improvement": (g @ full_step).item()}
+        stats = {
+            "surrogate_improvement": (surrogate_new - surrogate_old).item(),
+            "kl": kl_new.item(),
+            "step_fraction": fraction,
+            "accepted": float(accepted),
+            "value_loss": v_loss.item(),
+            "expected_improvement": (g @ full_step).item(),
+        }
 
         var_returns = b_returns.var().item()
-        explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        explained_var = (
+            np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
+        )
         sps = int(global_step / (time.time() - start_time))
         for name, value in stats.items():
             writer.add_scalar(f"losses/{name}", value, global_step)
@@ -386,8 +420,13 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
-            print(f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
-                  f"SPS {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return(20) {mean_recent:7.1f}  "
+                f"SPS {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 

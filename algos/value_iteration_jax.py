@@ -19,6 +19,7 @@ seed, and learning: the greedy policy's mean return over 1000 episodes of slippe
 policy reaches the goal with probability 0.82 without it; default test suite).
 Reproduce: python algos/value_iteration_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -145,11 +146,16 @@ def check_args(args):
     if not 0.0 <= args.gamma < 1.0:
         raise ValueError(f"gamma = {args.gamma}: value iteration here needs 0 <= gamma < 1 (a contraction)")
     env = gym.make(args.env_id)  # env construction only: no step taken
-    if not (isinstance(env.observation_space, gym.spaces.Discrete) and isinstance(env.action_space, gym.spaces.Discrete)
-            and hasattr(env.unwrapped, "P")):
-        raise ValueError(f"{args.env_id} does not expose a tabular model (env.unwrapped.P with Discrete "
-                         f"spaces); this script plans with a known model. Without one, learn from samples: "
-                         f"algos/q_learning_jax.py (Discrete observations) or algos/ppo_jax.py")
+    if not (
+        isinstance(env.observation_space, gym.spaces.Discrete)
+        and isinstance(env.action_space, gym.spaces.Discrete)
+        and hasattr(env.unwrapped, "P")
+    ):
+        raise ValueError(
+            f"{args.env_id} does not expose a tabular model (env.unwrapped.P with Discrete "
+            f"spaces); this script plans with a known model. Without one, learn from samples: "
+            f"algos/q_learning_jax.py (Discrete observations) or algos/ppo_jax.py"
+        )
     env.close()
 
 
@@ -186,8 +192,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, jax and the environment (planning itself is deterministic).
     random.seed(args.seed)
@@ -243,8 +250,12 @@ def train(args: Args) -> dict:
     sps = int(global_step / wall_time)
     writer.add_scalar("charts/SPS", sps, global_step)
     if args.progress:
-        print(f"\rsweeps {len(changes)}  V*(start) {optimal_start_value:.4f}  greedy mean return "
-              f"{np.mean(returns):.4f} over {len(returns)} episodes  SPS {sps:,d}", file=sys.stderr, flush=True)
+        print(
+            f"\rsweeps {len(changes)}  V*(start) {optimal_start_value:.4f}  greedy mean return "
+            f"{np.mean(returns):.4f} over {len(returns)} episodes  SPS {sps:,d}",
+            file=sys.stderr,
+            flush=True,
+        )
     env.close()
 
     recent = [r for _, r in episode_returns[-20:]]
@@ -262,7 +273,11 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": global_step,
         "run_dir": run_dir,
-        "losses": {"policy_eval_gap": eval_gap, "bellman_residual": changes[-1], "sup_norm_error": errors[-1]},
+        "losses": {
+            "policy_eval_gap": eval_gap,
+            "bellman_residual": changes[-1],
+            "sup_norm_error": errors[-1],
+        },
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.msgpack")

@@ -19,6 +19,7 @@ seed, and learning: the greedy policy's mean return over 1000 episodes of slippe
 policy reaches the goal with probability 0.82 without it; default test suite).
 Reproduce: python algos/value_iteration_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -144,11 +145,16 @@ def check_args(args):
     if not 0.0 <= args.gamma < 1.0:
         raise ValueError(f"gamma = {args.gamma}: value iteration here needs 0 <= gamma < 1 (a contraction)")
     env = gym.make(args.env_id)  # env construction only: no step taken
-    if not (isinstance(env.observation_space, gym.spaces.Discrete) and isinstance(env.action_space, gym.spaces.Discrete)
-            and hasattr(env.unwrapped, "P")):
-        raise ValueError(f"{args.env_id} does not expose a tabular model (env.unwrapped.P with Discrete "
-                         f"spaces); this script plans with a known model. Without one, learn from samples: "
-                         f"algos/q_learning_torch.py (Discrete observations) or algos/ppo_torch.py")
+    if not (
+        isinstance(env.observation_space, gym.spaces.Discrete)
+        and isinstance(env.action_space, gym.spaces.Discrete)
+        and hasattr(env.unwrapped, "P")
+    ):
+        raise ValueError(
+            f"{args.env_id} does not expose a tabular model (env.unwrapped.P with Discrete "
+            f"spaces); this script plans with a known model. Without one, learn from samples: "
+            f"algos/q_learning_torch.py (Discrete observations) or algos/ppo_torch.py"
+        )
     env.close()
 
 
@@ -184,8 +190,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy, torch and the environment (planning itself is deterministic).
     random.seed(args.seed)
@@ -199,7 +206,11 @@ def train(args: Args) -> dict:
     env = gym.make(args.env_id)
     P_np, R_np, start_np = mdp_from_env(env)
     # the model (P, R) and every sweep on the device; the greedy policy comes back to act in the env
-    P, R, start = torch.as_tensor(P_np, device=device), torch.as_tensor(R_np, device=device), torch.as_tensor(start_np, device=device)
+    P, R, start = (
+        torch.as_tensor(P_np, device=device),
+        torch.as_tensor(R_np, device=device),
+        torch.as_tensor(start_np, device=device),
+    )
     num_states, num_actions = R.shape
     start_time = time.time()
 
@@ -242,8 +253,12 @@ def train(args: Args) -> dict:
     sps = int(global_step / wall_time)
     writer.add_scalar("charts/SPS", sps, global_step)
     if args.progress:
-        print(f"\rsweeps {len(changes)}  V*(start) {optimal_start_value:.4f}  greedy mean return "
-              f"{np.mean(returns):.4f} over {len(returns)} episodes  SPS {sps:,d}", file=sys.stderr, flush=True)
+        print(
+            f"\rsweeps {len(changes)}  V*(start) {optimal_start_value:.4f}  greedy mean return "
+            f"{np.mean(returns):.4f} over {len(returns)} episodes  SPS {sps:,d}",
+            file=sys.stderr,
+            flush=True,
+        )
     env.close()
 
     recent = [r for _, r in episode_returns[-20:]]
@@ -261,7 +276,11 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": global_step,
         "run_dir": run_dir,
-        "losses": {"policy_eval_gap": eval_gap, "bellman_residual": changes[-1], "sup_norm_error": errors[-1]},
+        "losses": {
+            "policy_eval_gap": eval_gap,
+            "bellman_residual": changes[-1],
+            "sup_norm_error": errors[-1],
+        },
     }
     if args.save_model:
         model_path = os.path.join(run_dir, "model.pt")

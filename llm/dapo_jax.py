@@ -33,6 +33,7 @@ Measured gains (30 steps of 64 informative groups x 8), seeds 1-3: torch +0.442/
 jax +0.440/+0.446/+0.438 (GRPO's, at 1,920 prompts: about the same), for 5,376-10,560 prompts sampled.
 Reproduce: python llm/dapo_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -112,8 +113,17 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(sft_steps=4, num_test=16, total_steps=2, prompts_per_step=4, group_size=4, eval_every=1,
-                  max_sampling_rounds=2, overlong_filter=True, kl_coef=0.01)
+SMOKE_ARGS = dict(
+    sft_steps=4,
+    num_test=16,
+    total_steps=2,
+    prompts_per_step=4,
+    group_size=4,
+    eval_every=1,
+    max_sampling_rounds=2,
+    overlong_filter=True,
+    kl_coef=0.01,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -165,8 +175,12 @@ def dynamic_sample(sample_round, num_groups, max_rounds, filter_groups=True):
         if sampled - filtered >= num_groups:
             break
     batch = {k: np.concatenate([g[k] for g in kept + set_aside])[:num_groups] for k in groups}
-    return batch, {"rounds": rounds, "prompts_sampled": sampled, "groups_filtered": filtered,
-                   "groups_topped_up": max(0, num_groups - (sampled - filtered))}
+    return batch, {
+        "rounds": rounds,
+        "prompts_sampled": sampled,
+        "groups_filtered": filtered,
+        "groups_topped_up": max(0, num_groups - (sampled - filtered)),
+    }
 
 
 def aggregate_loss(per_token, mask, token_level=True):
@@ -208,25 +222,34 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/dapo_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/dapo_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.group_size < 2:
-        raise ValueError(f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline")
+        raise ValueError(
+            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
+        )
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (DAPO samples)")
     if not (0.0 < args.clip_low < 1.0 and args.clip_high > 0.0):
-        raise ValueError(f"clip_low = {args.clip_low} must be in (0, 1) and clip_high = {args.clip_high} positive")
+        raise ValueError(
+            f"clip_low = {args.clip_low} must be in (0, 1) and clip_high = {args.clip_high} positive"
+        )
     if args.max_sampling_rounds < 1:
         raise ValueError(f"max_sampling_rounds = {args.max_sampling_rounds} must be at least 1")
     C = tasks.completion_len(args.digits)
     if args.max_completion_len < C:
-        raise ValueError(f"max_completion_len = {args.max_completion_len}: a {args.digits}-digit answer "
-                         f"needs {C} tokens")
+        raise ValueError(
+            f"max_completion_len = {args.max_completion_len}: a {args.digits}-digit answer needs {C} tokens"
+        )
     if args.soft_overlong and not 1 <= args.overlong_cache <= args.max_completion_len - C:
-        raise ValueError(f"overlong_cache = {args.overlong_cache} with max_completion_len = "
-                         f"{args.max_completion_len}: the penalty must start at or after the {C} tokens of a "
-                         f"well-formed answer (1 <= overlong_cache <= {args.max_completion_len - C})")
+        raise ValueError(
+            f"overlong_cache = {args.overlong_cache} with max_completion_len = "
+            f"{args.max_completion_len}: the penalty must start at or after the {C} tokens of a "
+            f"well-formed answer (1 <= overlong_cache <= {args.max_completion_len - C})"
+        )
     need = tasks.prompt_len(args.digits) + args.max_completion_len
     path = args.sft_path or default_sft_path(args)
     if os.path.exists(path):
@@ -234,26 +257,45 @@ def check_args(args):
     else:
         sft_jax.check_args(sft_jax.Args(digits=args.digits))
         if need > sft_jax.Args().block_size:
-            raise ValueError(f"prompt + max_completion_len need {need} positions; the SFT model's context is "
-                             f"{sft_jax.Args().block_size}")
+            raise ValueError(
+                f"prompt + max_completion_len need {need} positions; the SFT model's context is "
+                f"{sft_jax.Args().block_size}"
+            )
 
 
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                   total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                   progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + args.max_completion_len
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -265,8 +307,13 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
     prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
     completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
     full = jnp.concatenate([prompts, completions], axis=1)
-    mask = jnp.concatenate([jnp.zeros((len(full), prompts.shape[1] - 1)),
-                            jnp.asarray(tasks.completion_mask(np.asarray(completions)))], axis=1)
+    mask = jnp.concatenate(
+        [
+            jnp.zeros((len(full), prompts.shape[1] - 1)),
+            jnp.asarray(tasks.completion_mask(np.asarray(completions))),
+        ],
+        axis=1,
+    )
     logp = sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(model.apply(ref_params, full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean()), key
@@ -282,8 +329,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws) and jax (sampling).
     random.seed(args.seed)
@@ -292,8 +340,14 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(args.seed)
 
     ref_params = params  # the frozen SFT policy of the KL term (arrays are immutable: no copy needed)
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(
-        lambda count: args.learning_rate * jnp.minimum(1.0, (count // args.update_epochs + 1) / args.warmup_steps)))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.adam(
+            lambda count: (
+                args.learning_rate * jnp.minimum(1.0, (count // args.update_epochs + 1) / args.warmup_steps)
+            )
+        ),
+    )
     opt_state = optimizer.init(params)
 
     @jax.jit
@@ -303,25 +357,51 @@ def train(args: Args) -> dict:
     def loss_fn(params, batch):
         logits = model.apply(params, batch["inputs"])
         logp = token_logps(logits, batch["labels"], args.temperature)
-        loss, kl, clip_low, clip_high = dapo_loss(logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
-                                                  batch["mask"], args.clip_low, args.clip_high, args.kl_coef,
-                                                  args.token_level_loss)
+        loss, kl, clip_low, clip_high = dapo_loss(
+            logp,
+            batch["old_logp"],
+            batch["ref_logp"],
+            batch["advantages"],
+            batch["mask"],
+            args.clip_low,
+            args.clip_high,
+            args.kl_coef,
+            args.token_level_loss,
+        )
         logp_all = jax.nn.log_softmax(logits / args.temperature, axis=-1)
-        entropy = (-(jnp.exp(logp_all) * logp_all).sum(-1) * batch["mask"]).sum() / jnp.maximum(batch["mask"].sum(), 1.0)
-        return loss, {"dapo_loss": loss, "kl": kl, "clip_low": clip_low, "clip_high": clip_high, "entropy": entropy}
+        entropy = (-(jnp.exp(logp_all) * logp_all).sum(-1) * batch["mask"]).sum() / jnp.maximum(
+            batch["mask"].sum(), 1.0
+        )
+        return loss, {
+            "dapo_loss": loss,
+            "kl": kl,
+            "clip_low": clip_low,
+            "clip_high": clip_high,
+            "entropy": entropy,
+        }
 
     @jax.jit
     def update(params, opt_state, batch):
         """update_epochs gradient steps on one batch of groups, as one jitted call."""
+
         def epoch_step(carry, _):
             params, opt_state = carry
             grads, stats = jax.grad(loss_fn, has_aux=True)(params, batch)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
-        (params, opt_state), stats = jax.lax.scan(epoch_step, (params, opt_state), None, length=args.update_epochs)
+
+        (params, opt_state), stats = jax.lax.scan(
+            epoch_step, (params, opt_state), None, length=args.update_epochs
+        )
         return params, opt_state, jax.tree.map(lambda x: x[-1], stats)
+
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
-    P, L, G, N = tasks.prompt_len(args.digits), args.max_completion_len, args.group_size, args.prompts_per_step
+    P, L, G, N = (
+        tasks.prompt_len(args.digits),
+        args.max_completion_len,
+        args.group_size,
+        args.prompts_per_step,
+    )
     # every sampled completion, filtered groups included: how often the length shaping fires at all
     counts = {"completions": 0, "tokens": 0, "penalised": 0, "truncated": 0}
 
@@ -347,8 +427,9 @@ def train(args: Args) -> dict:
     start_time = time.time()
     for step in range(1, args.total_steps + 1):
         # ---- dynamic sampling: rounds of N prompts x G completions until N informative groups
-        groups, ds = dynamic_sample(sample_round, N, args.max_sampling_rounds if args.dynamic_sampling else 1,
-                                    args.dynamic_sampling)
+        groups, ds = dynamic_sample(
+            sample_round, N, args.max_sampling_rounds if args.dynamic_sampling else 1, args.dynamic_sampling
+        )
         prompts_sampled += ds["prompts_sampled"]
         groups_filtered += ds["groups_filtered"]
         pairs = np.repeat(groups["pairs"], G, axis=0)
@@ -359,24 +440,36 @@ def train(args: Args) -> dict:
         truncated = ~(completions == tasks.EOS).any(-1)
         correct = jnp.asarray(groups["correct"].reshape(-1))
         lengths = jnp.asarray(comp_mask.sum(-1))  # tokens up to and including <eos>; L when truncated
-        penalty = overlong_penalty(lengths, L, args.overlong_cache) if args.soft_overlong else jnp.zeros(N * G)
+        penalty = (
+            overlong_penalty(lengths, L, args.overlong_cache) if args.soft_overlong else jnp.zeros(N * G)
+        )
         rewards = correct + penalty
         advantages = group_advantages(rewards.reshape(N, G)).reshape(-1)
         if args.overlong_filter:  # overlong filtering: truncated completions do not enter the loss
             comp_mask = comp_mask * ~truncated[:, None]
 
         # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
-        full = jnp.concatenate([jnp.asarray(tasks.encode_prompts(pairs, args.digits)), jnp.asarray(completions)], axis=1)
+        full = jnp.concatenate(
+            [jnp.asarray(tasks.encode_prompts(pairs, args.digits)), jnp.asarray(completions)], axis=1
+        )
         inputs, labels = full[:, :-1], full[:, 1:]
         mask = jnp.concatenate([jnp.zeros((len(full), P - 1)), jnp.asarray(comp_mask)], axis=1)
         old_logp = logps(params, inputs, labels)
         ref_logp = logps(ref_params, inputs, labels)
 
         # ---- update
-        batch = dict(inputs=inputs, labels=labels, mask=mask, advantages=advantages,
-                     old_logp=old_logp, ref_logp=ref_logp)
+        batch = dict(
+            inputs=inputs,
+            labels=labels,
+            mask=mask,
+            advantages=advantages,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+        )
         params, opt_state, stats = update(params, opt_state, batch)
-        loss, kl, clip_low, clip_high, entropy = (stats[k] for k in ("dapo_loss", "kl", "clip_low", "clip_high", "entropy"))
+        loss, kl, clip_low, clip_high, entropy = (
+            stats[k] for k in ("dapo_loss", "kl", "clip_low", "clip_high", "entropy")
+        )
 
         sps = int(counts["tokens"] / (time.time() - start_time))
         writer.add_scalar("reward", float(rewards.mean()), step)
@@ -403,8 +496,13 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/test_accuracy", test_acc, step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>4d}/{args.total_steps}  prompts {prompts_sampled:6d}  test acc "
-                  f"{accuracy_curve[-1][1]:.3f}  rounds {ds['rounds']}  tokens/s {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>4d}/{args.total_steps}  prompts {prompts_sampled:6d}  test acc "
+                f"{accuracy_curve[-1][1]:.3f}  rounds {ds['rounds']}  tokens/s {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -423,8 +521,13 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": args.total_steps,
         "run_dir": run_dir,
-        "losses": {"dapo_loss": float(loss), "kl": float(kl), "entropy": float(entropy),
-                   "clip_ratio/low_mean": float(clip_low), "clip_ratio/high_mean": float(clip_high)},
+        "losses": {
+            "dapo_loss": float(loss),
+            "kl": float(kl),
+            "entropy": float(entropy),
+            "clip_ratio/low_mean": float(clip_low),
+            "clip_ratio/high_mean": float(clip_high),
+        },
         "prompts_sampled": prompts_sampled,
         "groups_filtered": groups_filtered,
         "completions_sampled": counts["completions"],

@@ -33,6 +33,7 @@ Measured gains (30 steps of 64 informative groups x 8), seeds 1-3: torch +0.442/
 jax +0.440/+0.446/+0.438 (GRPO's, at 1,920 prompts: about the same), for 5,376-10,560 prompts sampled.
 Reproduce: python llm/dapo_torch.py --seed 1
 """
+
 import copy
 import os
 import random
@@ -112,8 +113,17 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(sft_steps=4, num_test=16, total_steps=2, prompts_per_step=4, group_size=4, eval_every=1,
-                  max_sampling_rounds=2, overlong_filter=True, kl_coef=0.01)
+SMOKE_ARGS = dict(
+    sft_steps=4,
+    num_test=16,
+    total_steps=2,
+    prompts_per_step=4,
+    group_size=4,
+    eval_every=1,
+    max_sampling_rounds=2,
+    overlong_filter=True,
+    kl_coef=0.01,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -165,8 +175,12 @@ def dynamic_sample(sample_round, num_groups, max_rounds, filter_groups=True):
         if sampled - filtered >= num_groups:
             break
     batch = {k: np.concatenate([g[k] for g in kept + set_aside])[:num_groups] for k in groups}
-    return batch, {"rounds": rounds, "prompts_sampled": sampled, "groups_filtered": filtered,
-                   "groups_topped_up": max(0, num_groups - (sampled - filtered))}
+    return batch, {
+        "rounds": rounds,
+        "prompts_sampled": sampled,
+        "groups_filtered": filtered,
+        "groups_topped_up": max(0, num_groups - (sampled - filtered)),
+    }
 
 
 def aggregate_loss(per_token, mask, token_level=True):
@@ -208,21 +222,28 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.group_size < 2:
-        raise ValueError(f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline")
+        raise ValueError(
+            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
+        )
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (DAPO samples)")
     if not (0.0 < args.clip_low < 1.0 and args.clip_high > 0.0):
-        raise ValueError(f"clip_low = {args.clip_low} must be in (0, 1) and clip_high = {args.clip_high} positive")
+        raise ValueError(
+            f"clip_low = {args.clip_low} must be in (0, 1) and clip_high = {args.clip_high} positive"
+        )
     if args.max_sampling_rounds < 1:
         raise ValueError(f"max_sampling_rounds = {args.max_sampling_rounds} must be at least 1")
     C = tasks.completion_len(args.digits)
     if args.max_completion_len < C:
-        raise ValueError(f"max_completion_len = {args.max_completion_len}: a {args.digits}-digit answer "
-                         f"needs {C} tokens")
+        raise ValueError(
+            f"max_completion_len = {args.max_completion_len}: a {args.digits}-digit answer needs {C} tokens"
+        )
     if args.soft_overlong and not 1 <= args.overlong_cache <= args.max_completion_len - C:
-        raise ValueError(f"overlong_cache = {args.overlong_cache} with max_completion_len = "
-                         f"{args.max_completion_len}: the penalty must start at or after the {C} tokens of a "
-                         f"well-formed answer (1 <= overlong_cache <= {args.max_completion_len - C})")
+        raise ValueError(
+            f"overlong_cache = {args.overlong_cache} with max_completion_len = "
+            f"{args.max_completion_len}: the penalty must start at or after the {C} tokens of a "
+            f"well-formed answer (1 <= overlong_cache <= {args.max_completion_len - C})"
+        )
     need = tasks.prompt_len(args.digits) + args.max_completion_len
     path = args.sft_path or default_sft_path(args)
     if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
@@ -232,20 +253,35 @@ def check_args(args):
     else:
         sft_torch.check_args(sft_torch.Args(digits=args.digits))
         if need > sft_torch.Args().block_size:
-            raise ValueError(f"prompt + max_completion_len need {need} positions; the SFT model's context is "
-                             f"{sft_torch.Args().block_size}")
+            raise ValueError(
+                f"prompt + max_completion_len need {need} positions; the SFT model's context is "
+                f"{sft_torch.Args().block_size}"
+            )
 
 
 def load_or_train_sft(args):
     if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
-        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
+        return hf_model.load(
+            args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+        ), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_torch.train(
+            sft_torch.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + args.max_completion_len
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -253,8 +289,12 @@ def load_or_train_sft(args):
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
     device = next(model.parameters()).device  # batches go where the model is
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
-                         tasks.completion_len(digits), temperature)
+    completions = sample(
+        model,
+        torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
@@ -267,8 +307,13 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
-                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
+    mask = torch.cat(
+        [
+            torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+            torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device),
+        ],
+        dim=1,
+    )
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -280,12 +325,15 @@ def train(args: Args) -> dict:
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(
+        device
+    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws) and torch (sampling).
     random.seed(args.seed)
@@ -296,14 +344,21 @@ def train(args: Args) -> dict:
     reference = copy.deepcopy(policy).requires_grad_(False)  # the frozen SFT policy of the KL term
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate)
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
-    P, L, G, N = tasks.prompt_len(args.digits), args.max_completion_len, args.group_size, args.prompts_per_step
+    P, L, G, N = (
+        tasks.prompt_len(args.digits),
+        args.max_completion_len,
+        args.group_size,
+        args.prompts_per_step,
+    )
     # every sampled completion, filtered groups included: how often the length shaping fires at all
     counts = {"completions": 0, "tokens": 0, "penalised": 0, "truncated": 0}
 
     def sample_round():
         """N fresh training prompts, G completions each, the verifier's scores; counts what was sampled."""
         pairs = train_pairs[rng.integers(0, len(train_pairs), N)]
-        prompts = torch.as_tensor(tasks.encode_prompts(np.repeat(pairs, G, axis=0), args.digits), device=device)
+        prompts = torch.as_tensor(
+            tasks.encode_prompts(np.repeat(pairs, G, axis=0), args.digits), device=device
+        )
         completions = sample(policy, prompts, L, args.temperature).cpu().numpy()
         correct = tasks.verify(np.repeat(pairs, G, axis=0), completions, args.digits)
         lengths = tasks.completion_mask(completions).sum(-1)
@@ -322,8 +377,9 @@ def train(args: Args) -> dict:
     for step in range(1, args.total_steps + 1):
         optimizer.param_groups[0]["lr"] = args.learning_rate * min(1.0, step / args.warmup_steps)
         # ---- dynamic sampling: rounds of N prompts x G completions until N informative groups
-        groups, ds = dynamic_sample(sample_round, N, args.max_sampling_rounds if args.dynamic_sampling else 1,
-                                    args.dynamic_sampling)
+        groups, ds = dynamic_sample(
+            sample_round, N, args.max_sampling_rounds if args.dynamic_sampling else 1, args.dynamic_sampling
+        )
         prompts_sampled += ds["prompts_sampled"]
         groups_filtered += ds["groups_filtered"]
         pairs = np.repeat(groups["pairs"], G, axis=0)
@@ -333,17 +389,31 @@ def train(args: Args) -> dict:
         comp_mask = tasks.completion_mask(completions)
         truncated = ~(completions == tasks.EOS).any(-1)
         correct = torch.as_tensor(groups["correct"].reshape(-1), device=device)
-        lengths = torch.as_tensor(comp_mask.sum(-1), device=device)  # tokens up to and including <eos>; L when truncated
-        penalty = overlong_penalty(lengths, L, args.overlong_cache) if args.soft_overlong else torch.zeros(N * G, device=device)
+        lengths = torch.as_tensor(
+            comp_mask.sum(-1), device=device
+        )  # tokens up to and including <eos>; L when truncated
+        penalty = (
+            overlong_penalty(lengths, L, args.overlong_cache)
+            if args.soft_overlong
+            else torch.zeros(N * G, device=device)
+        )
         rewards = correct + penalty
         advantages = group_advantages(rewards.reshape(N, G)).reshape(-1)
         if args.overlong_filter:  # overlong filtering: truncated completions do not enter the loss
             comp_mask = comp_mask * ~truncated[:, None]
 
         # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
-        full = torch.cat([torch.as_tensor(tasks.encode_prompts(pairs, args.digits), device=device), torch.as_tensor(completions, device=device)], dim=1)
+        full = torch.cat(
+            [
+                torch.as_tensor(tasks.encode_prompts(pairs, args.digits), device=device),
+                torch.as_tensor(completions, device=device),
+            ],
+            dim=1,
+        )
         inputs, labels = full[:, :-1], full[:, 1:]
-        mask = torch.cat([torch.zeros(len(full), P - 1, device=device), torch.as_tensor(comp_mask, device=device)], dim=1)
+        mask = torch.cat(
+            [torch.zeros(len(full), P - 1, device=device), torch.as_tensor(comp_mask, device=device)], dim=1
+        )
         with torch.no_grad():
             old_logp = token_logps(policy(inputs), labels, args.temperature)
             ref_logp = token_logps(reference(inputs), labels, args.temperature)
@@ -352,8 +422,17 @@ def train(args: Args) -> dict:
         for epoch in range(args.update_epochs):
             logits = policy(inputs)
             logp = token_logps(logits, labels, args.temperature)
-            loss, kl, clip_low, clip_high = dapo_loss(logp, old_logp, ref_logp, advantages, mask, args.clip_low,
-                                                      args.clip_high, args.kl_coef, args.token_level_loss)
+            loss, kl, clip_low, clip_high = dapo_loss(
+                logp,
+                old_logp,
+                ref_logp,
+                advantages,
+                mask,
+                args.clip_low,
+                args.clip_high,
+                args.kl_coef,
+                args.token_level_loss,
+            )
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
@@ -388,8 +467,13 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/test_accuracy", test_acc, step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>4d}/{args.total_steps}  prompts {prompts_sampled:6d}  test acc "
-                  f"{accuracy_curve[-1][1]:.3f}  rounds {ds['rounds']}  tokens/s {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>4d}/{args.total_steps}  prompts {prompts_sampled:6d}  test acc "
+                f"{accuracy_curve[-1][1]:.3f}  rounds {ds['rounds']}  tokens/s {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -409,8 +493,13 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": args.total_steps,
         "run_dir": run_dir,
-        "losses": {"dapo_loss": loss.item(), "kl": kl.item(), "entropy": entropy.item(),
-                   "clip_ratio/low_mean": clip_low.item(), "clip_ratio/high_mean": clip_high.item()},
+        "losses": {
+            "dapo_loss": loss.item(),
+            "kl": kl.item(),
+            "entropy": entropy.item(),
+            "clip_ratio/low_mean": clip_low.item(),
+            "clip_ratio/high_mean": clip_high.item(),
+        },
         "prompts_sampled": prompts_sampled,
         "groups_filtered": groups_filtered,
         "completions_sampled": counts["completions"],

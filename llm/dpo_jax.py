@@ -18,6 +18,7 @@ input, and learning: greedy held-out accuracy at least 10 points above the SFT s
 seeds 1-3 (pytest -m learning; runs in docs/algorithms/dpo.md).
 Reproduce: python llm/dpo_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -88,7 +89,11 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_r
     chosen_logratios = policy_chosen_logps - ref_chosen_logps
     rejected_logratios = policy_rejected_logps - ref_rejected_logps
     loss = -jax.nn.log_sigmoid(beta * (chosen_logratios - rejected_logratios)).mean()
-    return loss, jax.lax.stop_gradient(beta * chosen_logratios), jax.lax.stop_gradient(beta * rejected_logratios)
+    return (
+        loss,
+        jax.lax.stop_gradient(beta * chosen_logratios),
+        jax.lax.stop_gradient(beta * rejected_logratios),
+    )
 
 
 # ----------------------------------------------------------------------------- set-up and evaluation
@@ -99,11 +104,15 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/dpo_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/dpo_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.samples_per_prompt < 2:
-        raise ValueError(f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions")
+        raise ValueError(
+            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
+        )
     if not 0.0 <= args.label_noise < 0.5:
         raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -117,19 +126,36 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -149,8 +175,12 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
     prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
     completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
     comp_mask = jnp.asarray(tasks.completion_mask(np.asarray(completions)))
-    return float((pair_logps(model, params, prompts, completions, comp_mask)
-                  - pair_logps(model, ref_params, prompts, completions, comp_mask)).mean()), key
+    return float(
+        (
+            pair_logps(model, params, prompts, completions, comp_mask)
+            - pair_logps(model, ref_params, prompts, completions, comp_mask)
+        ).mean()
+    ), key
 
 
 # ----------------------------------------------------------------------------- training
@@ -163,8 +193,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, label noise, shuffling) and jax (sampling).
     random.seed(args.seed)
@@ -182,7 +213,9 @@ def train(args: Args) -> dict:
     samples = np.asarray(samples)
     gold = tasks.graded_score(np.repeat(operands, K, axis=0), samples, args.digits).reshape(-1, K)
     data = tasks.build_preference_pairs(prompts, samples.reshape(-1, K, C), gold, args.label_noise, rng)
-    data["chosen_mask"], data["rejected_mask"] = (tasks.completion_mask(data[k]) for k in ("chosen", "rejected"))
+    data["chosen_mask"], data["rejected_mask"] = (
+        tasks.completion_mask(data[k]) for k in ("chosen", "rejected")
+    )
     data = {k: jnp.asarray(v) for k, v in data.items()}
     num_pairs = len(data["chosen"])
 
@@ -198,8 +231,9 @@ def train(args: Args) -> dict:
     def loss_fn(params, mb):
         policy_chosen = pair_logps(model, params, mb["prompts"], mb["chosen"], mb["chosen_mask"])
         policy_rejected = pair_logps(model, params, mb["prompts"], mb["rejected"], mb["rejected_mask"])
-        loss, chosen_rewards, rejected_rewards = dpo_loss(policy_chosen, policy_rejected,
-                                                          mb["ref_chosen"], mb["ref_rejected"], args.beta)
+        loss, chosen_rewards, rejected_rewards = dpo_loss(
+            policy_chosen, policy_rejected, mb["ref_chosen"], mb["ref_rejected"], args.beta
+        )
         return loss, (chosen_rewards, rejected_rewards, policy_chosen, policy_rejected)
 
     @jax.jit
@@ -220,8 +254,11 @@ def train(args: Args) -> dict:
         perm = rng.permutation(num_pairs)
         for start in range(0, num_pairs, args.batch_size):
             step += 1
-            mb = perm[start:start + args.batch_size]
-            batch = {k: v[mb] for k, v in data.items()} | {"ref_chosen": ref_chosen[mb], "ref_rejected": ref_rejected[mb]}
+            mb = perm[start : start + args.batch_size]
+            batch = {k: v[mb] for k, v in data.items()} | {
+                "ref_chosen": ref_chosen[mb],
+                "ref_rejected": ref_rejected[mb],
+            }
             params, opt_state, loss, aux = update(params, opt_state, batch)
             chosen_rewards, rejected_rewards, policy_chosen, policy_rejected = aux
             pairs_seen += len(mb)
@@ -245,8 +282,13 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/test_accuracy", test_acc, step)
             if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{total_steps}  loss {float(loss):.4f}  margin {margin:.3f}  "
-                      f"test acc {accuracy_curve[-1][1]:.3f}  pairs/s {sps:5,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{total_steps}  loss {float(loss):.4f}  margin {margin:.3f}  "
+                    f"test acc {accuracy_curve[-1][1]:.3f}  pairs/s {sps:5,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -258,9 +300,11 @@ def train(args: Args) -> dict:
     chosen_change = float((final_chosen - ref_chosen).mean())
     margin_change = args.beta * float(((final_chosen - ref_chosen) - (final_rejected - ref_rejected)).mean())
     if chosen_change < 0 < margin_change:
-        print(f"note: mean log-prob of the chosen completions fell by {-chosen_change:.3f} nats while the "
-              f"implicit-reward margin grew by {margin_change:.3f} (the DPO symptom; docs/algorithms/dpo.md)",
-              file=sys.stderr)
+        print(
+            f"note: mean log-prob of the chosen completions fell by {-chosen_change:.3f} nats while the "
+            f"implicit-reward margin grew by {margin_change:.3f} (the DPO symptom; docs/algorithms/dpo.md)",
+            file=sys.stderr,
+        )
 
     wall_time = time.time() - start_time
     writer.close()

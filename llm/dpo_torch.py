@@ -18,6 +18,7 @@ input, and learning: greedy held-out accuracy at least 10 points above the SFT s
 seeds 1-3 (pytest -m learning; runs in docs/algorithms/dpo.md).
 Reproduce: python llm/dpo_torch.py --seed 1
 """
+
 import copy
 import os
 import random
@@ -100,7 +101,9 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.samples_per_prompt < 2:
-        raise ValueError(f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions")
+        raise ValueError(
+            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
+        )
     if not 0.0 <= args.label_noise < 0.5:
         raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -115,14 +118,27 @@ def check_args(args):
 
 def load_or_train_sft(args):
     if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
-        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
+        return hf_model.load(
+            args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+        ), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_torch.train(
+            sft_torch.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -130,8 +146,12 @@ def load_or_train_sft(args):
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
     device = next(model.parameters()).device  # batches go where the model is
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
-                         tasks.completion_len(digits), temperature)
+    completions = sample(
+        model,
+        torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
@@ -153,8 +173,12 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     comp_mask = torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)
-    return float((pair_logps(policy, prompts, completions, comp_mask)
-                  - pair_logps(reference, prompts, completions, comp_mask)).mean())
+    return float(
+        (
+            pair_logps(policy, prompts, completions, comp_mask)
+            - pair_logps(reference, prompts, completions, comp_mask)
+        ).mean()
+    )
 
 
 # ----------------------------------------------------------------------------- training
@@ -163,12 +187,15 @@ def train(args: Args) -> dict:
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(
+        device
+    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, label noise, shuffling) and torch (sampling).
     random.seed(args.seed)
@@ -183,10 +210,16 @@ def train(args: Args) -> dict:
     operands = train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)]
     prompts = tasks.encode_prompts(operands, args.digits)
     with torch.no_grad():
-        samples = sample(policy, torch.as_tensor(prompts, device=device).repeat_interleave(K, dim=0), C, 1.0).cpu().numpy()
+        samples = (
+            sample(policy, torch.as_tensor(prompts, device=device).repeat_interleave(K, dim=0), C, 1.0)
+            .cpu()
+            .numpy()
+        )
     gold = tasks.graded_score(np.repeat(operands, K, axis=0), samples, args.digits).reshape(-1, K)
     data = tasks.build_preference_pairs(prompts, samples.reshape(-1, K, C), gold, args.label_noise, rng)
-    data["chosen_mask"], data["rejected_mask"] = (tasks.completion_mask(data[k]) for k in ("chosen", "rejected"))
+    data["chosen_mask"], data["rejected_mask"] = (
+        tasks.completion_mask(data[k]) for k in ("chosen", "rejected")
+    )
     data = {k: torch.as_tensor(v, device=device) for k, v in data.items()}
     num_pairs = len(data["chosen"])
 
@@ -210,11 +243,16 @@ def train(args: Args) -> dict:
         perm = torch.as_tensor(rng.permutation(num_pairs), device=device)
         for start in range(0, num_pairs, args.batch_size):
             step += 1
-            mb = perm[start:start + args.batch_size]
-            policy_chosen = pair_logps(policy, data["prompts"][mb], data["chosen"][mb], data["chosen_mask"][mb])
-            policy_rejected = pair_logps(policy, data["prompts"][mb], data["rejected"][mb], data["rejected_mask"][mb])
-            loss, chosen_rewards, rejected_rewards = dpo_loss(policy_chosen, policy_rejected,
-                                                              ref_chosen[mb], ref_rejected[mb], args.beta)
+            mb = perm[start : start + args.batch_size]
+            policy_chosen = pair_logps(
+                policy, data["prompts"][mb], data["chosen"][mb], data["chosen_mask"][mb]
+            )
+            policy_rejected = pair_logps(
+                policy, data["prompts"][mb], data["rejected"][mb], data["rejected_mask"][mb]
+            )
+            loss, chosen_rewards, rejected_rewards = dpo_loss(
+                policy_chosen, policy_rejected, ref_chosen[mb], ref_rejected[mb], args.beta
+            )
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
@@ -229,7 +267,9 @@ def train(args: Args) -> dict:
             writer.add_scalar("rewards/chosen", chosen_rewards.mean().item(), step)
             writer.add_scalar("rewards/rejected", rejected_rewards.mean().item(), step)
             writer.add_scalar("rewards/margins", margin, step)
-            writer.add_scalar("rewards/accuracies", (chosen_rewards > rejected_rewards).float().mean().item(), step)
+            writer.add_scalar(
+                "rewards/accuracies", (chosen_rewards > rejected_rewards).float().mean().item(), step
+            )
             writer.add_scalar("logps/chosen", policy_chosen.mean().item(), step)
             writer.add_scalar("logps/rejected", policy_rejected.mean().item(), step)
             writer.add_scalar("charts/SPS", sps, step)
@@ -241,8 +281,13 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/test_accuracy", test_acc, step)
             if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{total_steps}  loss {loss.item():.4f}  margin {margin:.3f}  "
-                      f"test acc {accuracy_curve[-1][1]:.3f}  pairs/s {sps:5,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{total_steps}  loss {loss.item():.4f}  margin {margin:.3f}  "
+                    f"test acc {accuracy_curve[-1][1]:.3f}  pairs/s {sps:5,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -255,9 +300,11 @@ def train(args: Args) -> dict:
     chosen_change = (final_chosen - ref_chosen).mean().item()
     margin_change = args.beta * ((final_chosen - ref_chosen) - (final_rejected - ref_rejected)).mean().item()
     if chosen_change < 0 < margin_change:
-        print(f"note: mean log-prob of the chosen completions fell by {-chosen_change:.3f} nats while the "
-              f"implicit-reward margin grew by {margin_change:.3f} (the DPO symptom; docs/algorithms/dpo.md)",
-              file=sys.stderr)
+        print(
+            f"note: mean log-prob of the chosen completions fell by {-chosen_change:.3f} nats while the "
+            f"implicit-reward margin grew by {margin_change:.3f} (the DPO symptom; docs/algorithms/dpo.md)",
+            file=sys.stderr,
+        )
 
     wall_time = time.time() - start_time
     writer.close()

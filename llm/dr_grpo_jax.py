@@ -29,6 +29,7 @@ Measured gains (greedy held-out accuracy over the SFT start, 30 steps, GRPO's bu
 torch +0.444/+0.440/+0.444, jax +0.444/+0.444/+0.418.
 Reproduce: python llm/dr_grpo_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -127,7 +128,9 @@ def aggregate(per_token, mask, max_len, loss_type="dr_grpo"):
     return (sums / max_len).mean()
 
 
-def dr_grpo_loss(logp, old_logp, ref_logp, advantages, mask, clip_coef, kl_coef, max_len, loss_type="dr_grpo"):
+def dr_grpo_loss(
+    logp, old_logp, ref_logp, advantages, mask, clip_coef, kl_coef, max_len, loss_type="dr_grpo"
+):
     """Dr. GRPO objective as a loss, on (B, T) per-token log-probs and a (B, T) completion mask;
     advantages (B,) are per completion and shared by its tokens.
         per token: -[min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * k3(pi, pi_ref)], r = pi / pi_old
@@ -151,15 +154,21 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/dr_grpo_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/dr_grpo_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.group_size < 2:
-        raise ValueError(f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline")
+        raise ValueError(
+            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
+        )
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (Dr. GRPO samples)")
     if args.loss_type not in ("dr_grpo", "grpo"):
-        raise ValueError(f"loss_type = {args.loss_type!r}: choose 'dr_grpo' (constant normaliser) or 'grpo' (per-completion mean)")
+        raise ValueError(
+            f"loss_type = {args.loss_type!r}: choose 'dr_grpo' (constant normaliser) or 'grpo' (per-completion mean)"
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if os.path.exists(path):
@@ -171,19 +180,36 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                   total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                   progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -195,8 +221,13 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
     prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
     completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
     full = jnp.concatenate([prompts, completions], axis=1)
-    mask = jnp.concatenate([jnp.zeros((len(full), prompts.shape[1] - 1)),
-                            jnp.asarray(tasks.completion_mask(np.asarray(completions)))], axis=1)
+    mask = jnp.concatenate(
+        [
+            jnp.zeros((len(full), prompts.shape[1] - 1)),
+            jnp.asarray(tasks.completion_mask(np.asarray(completions))),
+        ],
+        axis=1,
+    )
     logp = sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(model.apply(ref_params, full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean()), key
@@ -212,8 +243,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws) and jax (sampling).
     random.seed(args.seed)
@@ -222,8 +254,14 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(args.seed)
 
     ref_params = params  # the frozen SFT policy (KL term and kl_to_ref; arrays are immutable: no copy needed)
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(
-        lambda count: args.learning_rate * jnp.minimum(1.0, (count // args.update_epochs + 1) / args.warmup_steps)))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.adam(
+            lambda count: (
+                args.learning_rate * jnp.minimum(1.0, (count // args.update_epochs + 1) / args.warmup_steps)
+            )
+        ),
+    )
     opt_state = optimizer.init(params)
 
     @jax.jit
@@ -233,8 +271,17 @@ def train(args: Args) -> dict:
     def loss_fn(params, batch):
         logits = model.apply(params, batch["inputs"])
         logp = token_logps(logits, batch["labels"], args.temperature)
-        loss, kl, clip_ratio = dr_grpo_loss(logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
-                                            batch["mask"], args.clip_coef, args.kl_coef, max_len, args.loss_type)
+        loss, kl, clip_ratio = dr_grpo_loss(
+            logp,
+            batch["old_logp"],
+            batch["ref_logp"],
+            batch["advantages"],
+            batch["mask"],
+            args.clip_coef,
+            args.kl_coef,
+            max_len,
+            args.loss_type,
+        )
         logp_all = jax.nn.log_softmax(logits / args.temperature, axis=-1)
         entropy = (-(jnp.exp(logp_all) * logp_all).sum(-1) * batch["mask"]).sum() / batch["mask"].sum()
         return loss, {"dr_grpo_loss": loss, "kl": kl, "clip_ratio": clip_ratio, "entropy": entropy}
@@ -242,13 +289,18 @@ def train(args: Args) -> dict:
     @jax.jit
     def update(params, opt_state, batch):
         """update_epochs gradient steps on one batch of groups, as one jitted call."""
+
         def epoch_step(carry, _):
             params, opt_state = carry
             grads, stats = jax.grad(loss_fn, has_aux=True)(params, batch)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
-        (params, opt_state), stats = jax.lax.scan(epoch_step, (params, opt_state), None, length=args.update_epochs)
+
+        (params, opt_state), stats = jax.lax.scan(
+            epoch_step, (params, opt_state), None, length=args.update_epochs
+        )
         return params, opt_state, jax.tree.map(lambda x: x[-1], stats)
+
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     P, C, G = tasks.prompt_len(args.digits), tasks.completion_len(args.digits), args.group_size
     # The constant normaliser: the generation budget, every completion's largest possible length
@@ -283,8 +335,14 @@ def train(args: Args) -> dict:
         ref_logp = logps(ref_params, inputs, labels)
 
         # ---- update
-        batch = dict(inputs=inputs, labels=labels, mask=mask, advantages=advantages,
-                     old_logp=old_logp, ref_logp=ref_logp)
+        batch = dict(
+            inputs=inputs,
+            labels=labels,
+            mask=mask,
+            advantages=advantages,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+        )
         params, opt_state, stats = update(params, opt_state, batch)
         loss, kl, clip_ratio, entropy = (stats[k] for k in ("dr_grpo_loss", "kl", "clip_ratio", "entropy"))
 
@@ -297,7 +355,9 @@ def train(args: Args) -> dict:
         writer.add_scalar("reward_std", float(group_rewards.std(axis=1).mean()), step)
         writer.add_scalar("frac_reward_zero_std", zero_std, step)
         writer.add_scalar("completions/mean_length", float(lengths.mean()), step)
-        writer.add_scalar("completions/clipped_ratio", float((np.asarray(completions) != tasks.EOS).all(-1).mean()), step)  # no <eos>
+        writer.add_scalar(
+            "completions/clipped_ratio", float((np.asarray(completions) != tasks.EOS).all(-1).mean()), step
+        )  # no <eos>
         if wrong.any():
             wrong_sums[step - 1], wrong_counts[step - 1] = lengths[wrong].sum(), wrong.sum()
             wrong_length_curve.append((step, float(lengths[wrong].mean())))
@@ -316,9 +376,13 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/test_accuracy", test_acc, step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>4d}/{args.total_steps}  reward {float(rewards.mean()):.3f}  "
-                  f"test acc {accuracy_curve[-1][1]:.3f}  kl {float(kl):.4f}  tokens/s {sps:6,d}",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>4d}/{args.total_steps}  reward {float(rewards.mean()):.3f}  "
+                f"test acc {accuracy_curve[-1][1]:.3f}  kl {float(kl):.4f}  tokens/s {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -337,8 +401,13 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": args.total_steps,
         "run_dir": run_dir,
-        "losses": {"dr_grpo_loss": float(loss), "kl": float(kl), "entropy": float(entropy),
-                   "clip_ratio": float(clip_ratio), "frac_reward_zero_std": zero_std},
+        "losses": {
+            "dr_grpo_loss": float(loss),
+            "kl": float(kl),
+            "entropy": float(entropy),
+            "clip_ratio": float(clip_ratio),
+            "frac_reward_zero_std": zero_std,
+        },
         # the length bias: mean length of the wrong completions sampled, per step and over the run
         "wrong_length_curve": wrong_length_curve,
         "mean_length_wrong": float(wrong_sums.sum() / max(wrong_counts.sum(), 1)),

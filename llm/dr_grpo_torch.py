@@ -29,6 +29,7 @@ Measured gains (greedy held-out accuracy over the SFT start, 30 steps, GRPO's bu
 torch +0.444/+0.440/+0.444, jax +0.444/+0.444/+0.418.
 Reproduce: python llm/dr_grpo_torch.py --seed 1
 """
+
 import copy
 import os
 import random
@@ -127,7 +128,9 @@ def aggregate(per_token, mask, max_len, loss_type="dr_grpo"):
     return (sums / max_len).mean()
 
 
-def dr_grpo_loss(logp, old_logp, ref_logp, advantages, mask, clip_coef, kl_coef, max_len, loss_type="dr_grpo"):
+def dr_grpo_loss(
+    logp, old_logp, ref_logp, advantages, mask, clip_coef, kl_coef, max_len, loss_type="dr_grpo"
+):
     """Dr. GRPO objective as a loss, on (B, T) per-token log-probs and a (B, T) completion mask;
     advantages (B,) are per completion and shared by its tokens.
         per token: -[min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * k3(pi, pi_ref)], r = pi / pi_old
@@ -151,11 +154,15 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.group_size < 2:
-        raise ValueError(f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline")
+        raise ValueError(
+            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
+        )
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (Dr. GRPO samples)")
     if args.loss_type not in ("dr_grpo", "grpo"):
-        raise ValueError(f"loss_type = {args.loss_type!r}: choose 'dr_grpo' (constant normaliser) or 'grpo' (per-completion mean)")
+        raise ValueError(
+            f"loss_type = {args.loss_type!r}: choose 'dr_grpo' (constant normaliser) or 'grpo' (per-completion mean)"
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
@@ -168,14 +175,27 @@ def check_args(args):
 
 def load_or_train_sft(args):
     if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
-        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
+        return hf_model.load(
+            args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+        ), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_torch.train(
+            sft_torch.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -183,8 +203,12 @@ def load_or_train_sft(args):
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
     device = next(model.parameters()).device  # batches go where the model is
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
-                         tasks.completion_len(digits), temperature)
+    completions = sample(
+        model,
+        torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
@@ -197,8 +221,13 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
-                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
+    mask = torch.cat(
+        [
+            torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+            torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device),
+        ],
+        dim=1,
+    )
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -210,12 +239,15 @@ def train(args: Args) -> dict:
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(
+        device
+    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws) and torch (sampling).
     random.seed(args.seed)
@@ -265,8 +297,17 @@ def train(args: Args) -> dict:
         for epoch in range(args.update_epochs):
             logits = policy(inputs)
             logp = token_logps(logits, labels, args.temperature)
-            loss, kl, clip_ratio = dr_grpo_loss(logp, old_logp, ref_logp, advantages, mask,
-                                                args.clip_coef, args.kl_coef, max_len, args.loss_type)
+            loss, kl, clip_ratio = dr_grpo_loss(
+                logp,
+                old_logp,
+                ref_logp,
+                advantages,
+                mask,
+                args.clip_coef,
+                args.kl_coef,
+                max_len,
+                args.loss_type,
+            )
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
@@ -284,7 +325,9 @@ def train(args: Args) -> dict:
         writer.add_scalar("reward_std", group_rewards.std(dim=1, unbiased=False).mean().item(), step)
         writer.add_scalar("frac_reward_zero_std", zero_std, step)
         writer.add_scalar("completions/mean_length", float(lengths.mean()), step)
-        writer.add_scalar("completions/clipped_ratio", float((completions.cpu().numpy() != tasks.EOS).all(-1).mean()), step)  # no <eos>
+        writer.add_scalar(
+            "completions/clipped_ratio", float((completions.cpu().numpy() != tasks.EOS).all(-1).mean()), step
+        )  # no <eos>
         if wrong.any():
             wrong_sums[step - 1], wrong_counts[step - 1] = lengths[wrong].sum(), wrong.sum()
             wrong_length_curve.append((step, float(lengths[wrong].mean())))
@@ -304,9 +347,13 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/test_accuracy", test_acc, step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>4d}/{args.total_steps}  reward {rewards.mean().item():.3f}  "
-                  f"test acc {accuracy_curve[-1][1]:.3f}  kl {kl.item():.4f}  tokens/s {sps:6,d}",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>4d}/{args.total_steps}  reward {rewards.mean().item():.3f}  "
+                f"test acc {accuracy_curve[-1][1]:.3f}  kl {kl.item():.4f}  tokens/s {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -326,8 +373,13 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": args.total_steps,
         "run_dir": run_dir,
-        "losses": {"dr_grpo_loss": loss.item(), "kl": kl.item(), "entropy": entropy.item(),
-                   "clip_ratio": clip_ratio.item(), "frac_reward_zero_std": zero_std},
+        "losses": {
+            "dr_grpo_loss": loss.item(),
+            "kl": kl.item(),
+            "entropy": entropy.item(),
+            "clip_ratio": clip_ratio.item(),
+            "frac_reward_zero_std": zero_std,
+        },
         # the length bias: mean length of the wrong completions sampled, per step and over the run
         "wrong_length_curve": wrong_length_curve,
         "mean_length_wrong": float(wrong_sums.sum() / max(wrong_counts.sum(), 1)),

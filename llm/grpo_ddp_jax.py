@@ -33,6 +33,7 @@ DDP wraps it as it wraps the tiny LM; the JAX twin refuses it (transformers 5 ha
 Verified in tests/unit/test_hf_model.py on a tiny random GPT-2, in one process and under torchrun with 2.
 Reproduce: XLA_FLAGS=--xla_force_host_platform_device_count=2 python llm/grpo_ddp_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -141,8 +142,14 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, clip_coef, kl_coef):
 # ----------------------------------------------------------------------------- distribution
 def make_optimizer(args):
     """Adam after a global-norm clip, with the linear warm-up counted in steps (update_epochs updates each)."""
-    return optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(
-        lambda count: args.learning_rate * jnp.minimum(1.0, (count // args.update_epochs + 1) / args.warmup_steps)))
+    return optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.adam(
+            lambda count: (
+                args.learning_rate * jnp.minimum(1.0, (count // args.update_epochs + 1) / args.warmup_steps)
+            )
+        ),
+    )
 
 
 def grpo_batch_loss(model, args, params, batch):
@@ -151,8 +158,15 @@ def grpo_batch_loss(model, args, params, batch):
     the devices: XLA inserts the all-reduces, and the gradient is the 1-device gradient."""
     logits = model.apply(params, batch["inputs"])
     logp = token_logps(logits, batch["labels"], args.temperature)
-    loss, kl, clip_ratio = grpo_loss(logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
-                                     batch["mask"], args.clip_coef, args.kl_coef)
+    loss, kl, clip_ratio = grpo_loss(
+        logp,
+        batch["old_logp"],
+        batch["ref_logp"],
+        batch["advantages"],
+        batch["mask"],
+        args.clip_coef,
+        args.kl_coef,
+    )
     logp_all = jax.nn.log_softmax(logits / args.temperature, axis=-1)
     entropy = (-(jnp.exp(logp_all) * logp_all).sum(-1) * batch["mask"]).sum() / batch["mask"].sum()
     return loss, {"grpo_loss": loss, "kl": kl, "clip_ratio": clip_ratio, "entropy": entropy}
@@ -160,12 +174,16 @@ def grpo_batch_loss(model, args, params, batch):
 
 def grpo_update(model, optimizer, args, params, opt_state, batch):
     """update_epochs gradient steps on one batch of groups, as one call to jit."""
+
     def epoch_step(carry, _):
         params, opt_state = carry
         grads, stats = jax.grad(partial(grpo_batch_loss, model, args), has_aux=True)(params, batch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), stats
-    (params, opt_state), stats = jax.lax.scan(epoch_step, (params, opt_state), None, length=args.update_epochs)
+
+    (params, opt_state), stats = jax.lax.scan(
+        epoch_step, (params, opt_state), None, length=args.update_epochs
+    )
     return params, opt_state, jax.tree.map(lambda x: x[-1], stats)
 
 
@@ -177,11 +195,15 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/grpo_ddp_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/grpo_ddp_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.group_size < 2:
-        raise ValueError(f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline")
+        raise ValueError(
+            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
+        )
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (GRPO samples)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -195,19 +217,35 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -219,8 +257,13 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
     prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
     completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
     full = jnp.concatenate([prompts, completions], axis=1)
-    mask = jnp.concatenate([jnp.zeros((len(full), prompts.shape[1] - 1)),
-                            jnp.asarray(tasks.completion_mask(np.asarray(completions)))], axis=1)
+    mask = jnp.concatenate(
+        [
+            jnp.zeros((len(full), prompts.shape[1] - 1)),
+            jnp.asarray(tasks.completion_mask(np.asarray(completions))),
+        ],
+        axis=1,
+    )
     logp = sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(model.apply(ref_params, full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean()), key
@@ -233,20 +276,31 @@ def train(args: Args) -> dict:
     devices = jax.devices() if args.cuda else jax.devices("cpu")
     num_shards = len(devices)
     if args.prompts_per_step % num_shards:
-        raise ValueError(f"prompts_per_step = {args.prompts_per_step} is not divisible by the "
-                         f"{num_shards} workers (each samples whole groups)")
+        raise ValueError(
+            f"prompts_per_step = {args.prompts_per_step} is not divisible by the "
+            f"{num_shards} workers (each samples whole groups)"
+        )
     with jax.default_device(devices[0]):
         (model, params), sft_path = load_or_train_sft(args)
         # One mesh axis, "batch", over every device: a sharded array splits its first axis into equal
         # device blocks (of whole groups), a replicated one is whole on every device.
         mesh = Mesh(np.array(devices), ("batch",))
-        sharded, replicated = NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
+        sharded, replicated = (
+            NamedSharding(mesh, PartitionSpec("batch")),
+            NamedSharding(mesh, PartitionSpec()),
+        )
         params = jax.device_put(params, replicated)
         script = os.path.basename(__file__).removesuffix(".py")
-        run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
+        run_dir = os.path.join(
+            args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}"
+        )
         writer = SummaryWriter(run_dir)  # one process: it logs alone, as the torch twin's rank 0
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                        "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()) + f"\n|world_size|{num_shards}|")
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n"
+            + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+            + f"\n|world_size|{num_shards}|",
+        )
 
         # Seeding: python, numpy (prompt draws) and jax (sampling). One key for the whole batch: the
         # sampling of sharded prompts draws the same numbers as unsharded (partitionable threefry).
@@ -274,7 +328,9 @@ def train(args: Args) -> dict:
         start_time = time.time()
         for step in range(1, args.total_steps + 1):
             # ---- sample a group of G completions for each prompt, each device for its block of groups
-            pairs = np.repeat(train_pairs[rng.integers(0, len(train_pairs), args.prompts_per_step)], G, axis=0)
+            pairs = np.repeat(
+                train_pairs[rng.integers(0, len(train_pairs), args.prompts_per_step)], G, axis=0
+            )
             prompts = jax.device_put(tasks.encode_prompts(pairs, args.digits), sharded)
             completions, key = sample(model, params, prompts, key, C, args.temperature)
             rewards = jax.device_put(tasks.verify(pairs, np.asarray(completions), args.digits), sharded)
@@ -290,8 +346,17 @@ def train(args: Args) -> dict:
             ref_logp = logps(ref_params, inputs, labels)
 
             # ---- update (XLA all-reduces the gradient over the devices)
-            batch = jax.device_put(dict(inputs=inputs, labels=labels, mask=mask, advantages=advantages,
-                                        old_logp=old_logp, ref_logp=ref_logp), sharded)
+            batch = jax.device_put(
+                dict(
+                    inputs=inputs,
+                    labels=labels,
+                    mask=mask,
+                    advantages=advantages,
+                    old_logp=old_logp,
+                    ref_logp=ref_logp,
+                ),
+                sharded,
+            )
             params, opt_state, stats = update(params, opt_state, batch)
             loss, kl, clip_ratio, entropy = (stats[k] for k in ("grpo_loss", "kl", "clip_ratio", "entropy"))
 
@@ -314,9 +379,13 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/test_accuracy", test_acc, step)
             if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{args.total_steps}  reward {float(rewards.mean()):.3f}  "
-                      f"test acc {accuracy_curve[-1][1]:.3f}  kl {float(kl):.4f}  tokens/s {sps:6,d}",
-                      end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{args.total_steps}  reward {float(rewards.mean()):.3f}  "
+                    f"test acc {accuracy_curve[-1][1]:.3f}  kl {float(kl):.4f}  tokens/s {sps:6,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if args.progress:
             print(file=sys.stderr)
 
@@ -335,8 +404,13 @@ def train(args: Args) -> dict:
             "wall_time": wall_time,
             "global_step": args.total_steps,
             "run_dir": run_dir,
-            "losses": {"grpo_loss": float(loss), "kl": float(kl), "entropy": float(entropy),
-                       "clip_ratio": float(clip_ratio), "zero_variance_groups": zero_var},
+            "losses": {
+                "grpo_loss": float(loss),
+                "kl": float(kl),
+                "entropy": float(entropy),
+                "clip_ratio": float(clip_ratio),
+                "zero_variance_groups": zero_var,
+            },
             "world_size": num_shards,
             "rank": 0,
         }

@@ -34,6 +34,7 @@ DDP wraps it as it wraps the tiny LM; the JAX twin refuses it (transformers 5 ha
 Verified in tests/unit/test_hf_model.py on a tiny random GPT-2, in one process and under torchrun with 2.
 Reproduce: torchrun --nproc_per_node=2 llm/grpo_ddp_torch.py --seed 1
 """
+
 import copy
 import os
 import random
@@ -157,8 +158,15 @@ def grpo_update(model, optimizer, batch, args):
     for epoch in range(args.update_epochs):
         logits = model(batch["inputs"])
         logp = token_logps(logits, batch["labels"], args.temperature)
-        loss, kl, clip_ratio = grpo_loss(logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
-                                         batch["mask"], args.clip_coef, args.kl_coef)
+        loss, kl, clip_ratio = grpo_loss(
+            logp,
+            batch["old_logp"],
+            batch["ref_logp"],
+            batch["advantages"],
+            batch["mask"],
+            args.clip_coef,
+            args.kl_coef,
+        )
         optimizer.zero_grad()
         loss.backward()  # DDP: the gradient all-reduce runs here
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
@@ -174,7 +182,9 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.group_size < 2:
-        raise ValueError(f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline")
+        raise ValueError(
+            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
+        )
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (GRPO samples)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -204,14 +214,26 @@ def setup_distributed(args):
 
 def load_or_train_sft(args):
     if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
-        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
+        return hf_model.load(
+            args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+        ), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_torch.train(
+            sft_torch.Args(
+                seed=args.seed,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -219,8 +241,12 @@ def load_or_train_sft(args):
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
     device = next(model.parameters()).device  # batches go where the model is
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
-                         tasks.completion_len(digits), temperature)
+    completions = sample(
+        model,
+        torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
@@ -233,8 +259,13 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
-                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
+    mask = torch.cat(
+        [
+            torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+            torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device),
+        ],
+        dim=1,
+    )
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -245,8 +276,10 @@ def train(args: Args) -> dict:
     check_args(args)
     rank, world_size, device = setup_distributed(args)
     if args.prompts_per_step % world_size:
-        raise ValueError(f"prompts_per_step = {args.prompts_per_step} is not divisible by the "
-                         f"{world_size} workers (each samples whole groups)")
+        raise ValueError(
+            f"prompts_per_step = {args.prompts_per_step} is not divisible by the "
+            f"{world_size} workers (each samples whole groups)"
+        )
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     # Rank 0 trains the SFT checkpoint when it is missing; the other ranks wait for it, then load it.
     # With --model nothing is trained first: every rank loads the same local folder at once.
@@ -255,14 +288,20 @@ def train(args: Args) -> dict:
     policy, sft_path = load_or_train_sft(args)
     if rank == 0 and dist.is_initialized() and not args.model:
         dist.barrier()
-    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(
+        device
+    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = None
     if rank == 0:  # only rank 0 logs: one run directory, one curve, no N copies of every scalar
         writer = SummaryWriter(run_dir)
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                        "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()) + f"\n|world_size|{world_size}|")
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n"
+            + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+            + f"\n|world_size|{world_size}|",
+        )
 
     # Seeding: python, numpy and torch (sampling) offset per rank, so that the ranks sample different
     # completions; the prompt draws (rng) are seeded alike on every rank: all draw the same prompts
@@ -275,8 +314,11 @@ def train(args: Args) -> dict:
     reference = copy.deepcopy(policy).requires_grad_(False)  # the frozen SFT policy of the KL term
     # DDP broadcasts rank 0's parameters to every rank, then all-reduces gradients in backward (the
     # tiny LM or, with --model, the Hugging Face model: the same wrapper, the same all-reduce).
-    model = DistributedDataParallel(policy, device_ids=[device.index] if device.type == "cuda" else None) \
-        if dist.is_initialized() else policy
+    model = (
+        DistributedDataParallel(policy, device_ids=[device.index] if device.type == "cuda" else None)
+        if dist.is_initialized()
+        else policy
+    )
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate)
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     P, C, G = tasks.prompt_len(args.digits), tasks.completion_len(args.digits), args.group_size
@@ -294,7 +336,7 @@ def train(args: Args) -> dict:
         optimizer.param_groups[0]["lr"] = args.learning_rate * min(1.0, step / args.warmup_steps)
         # ---- sample a group of G completions for each of this rank's prompts and score them
         pairs = np.repeat(train_pairs[rng.integers(0, len(train_pairs), args.prompts_per_step)], G, axis=0)
-        pairs = pairs[rank * share:(rank + 1) * share]  # whole groups: rank r's block of prompts
+        pairs = pairs[rank * share : (rank + 1) * share]  # whole groups: rank r's block of prompts
         prompts = torch.as_tensor(tasks.encode_prompts(pairs, args.digits), device=device)
         completions = sample(policy, prompts, C, args.temperature)
         rewards = torch.as_tensor(tasks.verify(pairs, completions.cpu().numpy(), args.digits), device=device)
@@ -310,8 +352,14 @@ def train(args: Args) -> dict:
             ref_logp = token_logps(reference(inputs), labels, args.temperature)
 
         # ---- update (gradients averaged over the ranks)
-        batch = dict(inputs=inputs, labels=labels, mask=mask, advantages=advantages,
-                     old_logp=old_logp, ref_logp=ref_logp)
+        batch = dict(
+            inputs=inputs,
+            labels=labels,
+            mask=mask,
+            advantages=advantages,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+        )
         loss, kl, clip_ratio, logits = grpo_update(model, optimizer, batch, args)
         with torch.no_grad():
             logp_all = torch.log_softmax(logits / args.temperature, dim=-1)
@@ -320,10 +368,21 @@ def train(args: Args) -> dict:
         group_rewards = rewards.reshape(-1, G)
         # The logged figures, over all ranks in one all-reduce: sums of the per-completion and
         # per-group counts, and the ranks' mean of the per-rank losses.
-        totals = all_reduce_sum(torch.stack([
-            rewards.sum(), (rewards == 1).float().sum(), comp_mask.sum(-1).float().sum(),
-            (group_rewards.std(dim=1, unbiased=False) == 0).float().sum(), comp_mask.sum().float(),
-            loss.detach(), kl, entropy, clip_ratio]).double()).tolist()
+        totals = all_reduce_sum(
+            torch.stack(
+                [
+                    rewards.sum(),
+                    (rewards == 1).float().sum(),
+                    comp_mask.sum(-1).float().sum(),
+                    (group_rewards.std(dim=1, unbiased=False) == 0).float().sum(),
+                    comp_mask.sum().float(),
+                    loss.detach(),
+                    kl,
+                    entropy,
+                    clip_ratio,
+                ]
+            ).double()
+        ).tolist()
         n_all = share * world_size
         reward_mean, accuracy_mean, length_mean = totals[0] / n_all, totals[1] / n_all, totals[2] / n_all
         zero_var = totals[3] / args.prompts_per_step
@@ -348,9 +407,13 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/test_accuracy", test_acc, step)
         if rank == 0 and args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>4d}/{args.total_steps}  reward {reward_mean:.3f}  "
-                  f"test acc {accuracy_curve[-1][1]:.3f}  kl {kl_mean:.4f}  tokens/s {sps:6,d}",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>4d}/{args.total_steps}  reward {reward_mean:.3f}  "
+                f"test acc {accuracy_curve[-1][1]:.3f}  kl {kl_mean:.4f}  tokens/s {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if rank == 0 and args.progress:
         print(file=sys.stderr)
 
@@ -375,8 +438,13 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": args.total_steps,
         "run_dir": run_dir,
-        "losses": {"grpo_loss": loss_mean, "kl": kl_mean, "entropy": entropy_mean,
-                   "clip_ratio": clip_mean, "zero_variance_groups": zero_var},
+        "losses": {
+            "grpo_loss": loss_mean,
+            "kl": kl_mean,
+            "entropy": entropy_mean,
+            "clip_ratio": clip_mean,
+            "zero_variance_groups": zero_var,
+        },
         "world_size": world_size,
         "rank": rank,
     }

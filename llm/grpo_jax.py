@@ -22,6 +22,7 @@ the SFT start after 30 steps on every seed (seed 1 in the default test suite; py
 Measured gains, seeds 1-3: torch +0.444/+0.446/+0.442, jax +0.440/+0.438/+0.410.
 Reproduce: python llm/grpo_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -133,11 +134,15 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/grpo_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/grpo_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.group_size < 2:
-        raise ValueError(f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline")
+        raise ValueError(
+            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
+        )
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (GRPO samples)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -151,19 +156,36 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -175,8 +197,13 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
     prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
     completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
     full = jnp.concatenate([prompts, completions], axis=1)
-    mask = jnp.concatenate([jnp.zeros((len(full), prompts.shape[1] - 1)),
-                            jnp.asarray(tasks.completion_mask(np.asarray(completions)))], axis=1)
+    mask = jnp.concatenate(
+        [
+            jnp.zeros((len(full), prompts.shape[1] - 1)),
+            jnp.asarray(tasks.completion_mask(np.asarray(completions))),
+        ],
+        axis=1,
+    )
     logp = sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(model.apply(ref_params, full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean()), key
@@ -192,8 +219,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws) and jax (sampling).
     random.seed(args.seed)
@@ -202,8 +230,14 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(args.seed)
 
     ref_params = params  # the frozen SFT policy of the KL term (arrays are immutable: no copy needed)
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(
-        lambda count: args.learning_rate * jnp.minimum(1.0, (count // args.update_epochs + 1) / args.warmup_steps)))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.adam(
+            lambda count: (
+                args.learning_rate * jnp.minimum(1.0, (count // args.update_epochs + 1) / args.warmup_steps)
+            )
+        ),
+    )
     opt_state = optimizer.init(params)
 
     @jax.jit
@@ -213,8 +247,15 @@ def train(args: Args) -> dict:
     def loss_fn(params, batch):
         logits = model.apply(params, batch["inputs"])
         logp = token_logps(logits, batch["labels"], args.temperature)
-        loss, kl, clip_ratio = grpo_loss(logp, batch["old_logp"], batch["ref_logp"], batch["advantages"],
-                                         batch["mask"], args.clip_coef, args.kl_coef)
+        loss, kl, clip_ratio = grpo_loss(
+            logp,
+            batch["old_logp"],
+            batch["ref_logp"],
+            batch["advantages"],
+            batch["mask"],
+            args.clip_coef,
+            args.kl_coef,
+        )
         logp_all = jax.nn.log_softmax(logits / args.temperature, axis=-1)
         entropy = (-(jnp.exp(logp_all) * logp_all).sum(-1) * batch["mask"]).sum() / batch["mask"].sum()
         return loss, {"grpo_loss": loss, "kl": kl, "clip_ratio": clip_ratio, "entropy": entropy}
@@ -222,13 +263,18 @@ def train(args: Args) -> dict:
     @jax.jit
     def update(params, opt_state, batch):
         """update_epochs gradient steps on one batch of groups, as one jitted call."""
+
         def epoch_step(carry, _):
             params, opt_state = carry
             grads, stats = jax.grad(loss_fn, has_aux=True)(params, batch)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
-        (params, opt_state), stats = jax.lax.scan(epoch_step, (params, opt_state), None, length=args.update_epochs)
+
+        (params, opt_state), stats = jax.lax.scan(
+            epoch_step, (params, opt_state), None, length=args.update_epochs
+        )
         return params, opt_state, jax.tree.map(lambda x: x[-1], stats)
+
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     P, C, G = tasks.prompt_len(args.digits), tasks.completion_len(args.digits), args.group_size
 
@@ -255,8 +301,14 @@ def train(args: Args) -> dict:
         ref_logp = logps(ref_params, inputs, labels)
 
         # ---- update
-        batch = dict(inputs=inputs, labels=labels, mask=mask, advantages=advantages,
-                     old_logp=old_logp, ref_logp=ref_logp)
+        batch = dict(
+            inputs=inputs,
+            labels=labels,
+            mask=mask,
+            advantages=advantages,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+        )
         params, opt_state, stats = update(params, opt_state, batch)
         loss, kl, clip_ratio, entropy = (stats[k] for k in ("grpo_loss", "kl", "clip_ratio", "entropy"))
 
@@ -279,9 +331,13 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/test_accuracy", test_acc, step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>4d}/{args.total_steps}  reward {float(rewards.mean()):.3f}  "
-                  f"test acc {accuracy_curve[-1][1]:.3f}  kl {float(kl):.4f}  tokens/s {sps:6,d}",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>4d}/{args.total_steps}  reward {float(rewards.mean()):.3f}  "
+                f"test acc {accuracy_curve[-1][1]:.3f}  kl {float(kl):.4f}  tokens/s {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -300,8 +356,13 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": args.total_steps,
         "run_dir": run_dir,
-        "losses": {"grpo_loss": float(loss), "kl": float(kl), "entropy": float(entropy),
-                   "clip_ratio": float(clip_ratio), "zero_variance_groups": zero_var},
+        "losses": {
+            "grpo_loss": float(loss),
+            "kl": float(kl),
+            "entropy": float(entropy),
+            "clip_ratio": float(clip_ratio),
+            "zero_variance_groups": zero_var,
+        },
     }
 
 

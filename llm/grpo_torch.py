@@ -22,6 +22,7 @@ the SFT start after 30 steps on every seed (seed 1 in the default test suite; py
 Measured gains, seeds 1-3: torch +0.444/+0.446/+0.442, jax +0.440/+0.438/+0.410.
 Reproduce: python llm/grpo_torch.py --seed 1
 """
+
 import copy
 import os
 import random
@@ -133,7 +134,9 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.group_size < 2:
-        raise ValueError(f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline")
+        raise ValueError(
+            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
+        )
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (GRPO samples)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -148,14 +151,27 @@ def check_args(args):
 
 def load_or_train_sft(args):
     if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
-        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
+        return hf_model.load(
+            args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+        ), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_torch.train(
+            sft_torch.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -163,8 +179,12 @@ def load_or_train_sft(args):
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
     device = next(model.parameters()).device  # batches go where the model is
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
-                         tasks.completion_len(digits), temperature)
+    completions = sample(
+        model,
+        torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
@@ -177,8 +197,13 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
-                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
+    mask = torch.cat(
+        [
+            torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+            torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device),
+        ],
+        dim=1,
+    )
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -190,12 +215,15 @@ def train(args: Args) -> dict:
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(
+        device
+    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws) and torch (sampling).
     random.seed(args.seed)
@@ -237,8 +265,9 @@ def train(args: Args) -> dict:
         for epoch in range(args.update_epochs):
             logits = policy(inputs)
             logp = token_logps(logits, labels, args.temperature)
-            loss, kl, clip_ratio = grpo_loss(logp, old_logp, ref_logp, advantages, mask,
-                                             args.clip_coef, args.kl_coef)
+            loss, kl, clip_ratio = grpo_loss(
+                logp, old_logp, ref_logp, advantages, mask, args.clip_coef, args.kl_coef
+            )
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
@@ -267,9 +296,13 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/test_accuracy", test_acc, step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>4d}/{args.total_steps}  reward {rewards.mean().item():.3f}  "
-                  f"test acc {accuracy_curve[-1][1]:.3f}  kl {kl.item():.4f}  tokens/s {sps:6,d}",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>4d}/{args.total_steps}  reward {rewards.mean().item():.3f}  "
+                f"test acc {accuracy_curve[-1][1]:.3f}  kl {kl.item():.4f}  tokens/s {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -289,8 +322,13 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": args.total_steps,
         "run_dir": run_dir,
-        "losses": {"grpo_loss": loss.item(), "kl": kl.item(), "entropy": entropy.item(),
-                   "clip_ratio": clip_ratio.item(), "zero_variance_groups": zero_var},
+        "losses": {
+            "grpo_loss": loss.item(),
+            "kl": kl.item(),
+            "entropy": entropy.item(),
+            "clip_ratio": clip_ratio.item(),
+            "zero_variance_groups": zero_var,
+        },
     }
 
 

@@ -30,6 +30,7 @@ The mapping from the task's vocabulary to the model's (docs/algorithms/llm.md, "
     saved folder, passed as --model again, gives the same mapping.
 Docs: docs/algorithms/llm.md ("Real models")
 """
+
 import os
 
 import torch
@@ -58,7 +59,9 @@ def check_path(path, min_context=None):
     """A missing folder, a folder without config.json or a context shorter than min_context raises
     ValueError; reads only the config (cheap), before any run directory is written."""
     if not os.path.isdir(path):
-        raise ValueError(f"--model {path}: no such folder (a local Hugging Face model folder; nothing is downloaded)")
+        raise ValueError(
+            f"--model {path}: no such folder (a local Hugging Face model folder; nothing is downloaded)"
+        )
     if not os.path.exists(os.path.join(path, "config.json")):
         raise ValueError(f"--model {path}: no config.json, not a Hugging Face model folder")
     config = _transformers().AutoConfig.from_pretrained(path, local_files_only=True)
@@ -74,7 +77,9 @@ def _single_token_id(tokenizer, symbol):
     ids = tokenizer.encode(symbol, add_special_tokens=False)
     if len(ids) == 1:
         return int(ids[0])
-    raise ValueError(f"the tokenizer has no single token for the task symbol {symbol!r} (it encodes to {ids})")
+    raise ValueError(
+        f"the tokenizer has no single token for the task symbol {symbol!r} (it encodes to {ids})"
+    )
 
 
 def task_token_ids(tokenizer=None):
@@ -101,16 +106,20 @@ class HFCausalLM(nn.Module):
         super().__init__()
         self.hf = hf
         self.source, self.has_tokenizer = source, has_tokenizer
-        self.register_buffer("token_ids", torch.as_tensor(token_ids, dtype=torch.long))  # moves with .to(device)
+        self.register_buffer(
+            "token_ids", torch.as_tensor(token_ids, dtype=torch.long)
+        )  # moves with .to(device)
         text_config = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
-        self.config = dict(vocab_size=len(token_ids), block_size=context_length(hf.config),
-                           d_model=text_config.hidden_size)
+        self.config = dict(
+            vocab_size=len(token_ids), block_size=context_length(hf.config), d_model=text_config.hidden_size
+        )
         self.eval()  # dropout off (see the module docstring)
 
     def _outputs(self, tokens, hidden):
         ids = self.token_ids[tokens]
-        return self.hf(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False,
-                       output_hidden_states=hidden)
+        return self.hf(
+            input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False, output_hidden_states=hidden
+        )
 
     def features(self, tokens):
         """(B, T) task tokens -> (B, T, d_model) last hidden states, float32."""
@@ -127,11 +136,15 @@ def load(path, min_context=None):
     transformers = _transformers()
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     has_tokenizer = any(os.path.exists(os.path.join(path, f)) for f in TOKENIZER_FILES)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True) if has_tokenizer else None
+    tokenizer = (
+        transformers.AutoTokenizer.from_pretrained(path, local_files_only=True) if has_tokenizer else None
+    )
     token_ids = task_token_ids(tokenizer)
     vocab = hf.get_input_embeddings().num_embeddings
     if max(token_ids) >= vocab:
-        raise ValueError(f"{path}: the task's symbols need model ids up to {max(token_ids)}; the model has {vocab}")
+        raise ValueError(
+            f"{path}: the task's symbols need model ids up to {max(token_ids)}; the model has {vocab}"
+        )
     return HFCausalLM(hf, token_ids, path, has_tokenizer)
 
 
@@ -139,4 +152,6 @@ def save(model, folder):
     """The fine-tuned weights (save_pretrained) and the source folder's tokenizer, when it had one."""
     model.hf.save_pretrained(folder)
     if model.has_tokenizer:
-        _transformers().AutoTokenizer.from_pretrained(model.source, local_files_only=True).save_pretrained(folder)
+        _transformers().AutoTokenizer.from_pretrained(model.source, local_files_only=True).save_pretrained(
+            folder
+        )

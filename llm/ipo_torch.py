@@ -23,6 +23,7 @@ for each of seeds 1-3 (measured, beta 0.25: torch +0.368 / +0.398 / +0.406, JAX 
 +0.298; pytest -m learning; runs and the beta sweep in docs/algorithms/ipo.md).
 Reproduce: python llm/ipo_torch.py --seed 1
 """
+
 import copy
 import os
 import random
@@ -110,7 +111,9 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.samples_per_prompt < 2:
-        raise ValueError(f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions")
+        raise ValueError(
+            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
+        )
     if not 0.0 <= args.label_noise < 0.5:
         raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
     if not args.beta > 0.0:
@@ -127,14 +130,27 @@ def check_args(args):
 
 def load_or_train_sft(args):
     if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
-        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
+        return hf_model.load(
+            args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+        ), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_torch.train(
+            sft_torch.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -142,8 +158,12 @@ def load_or_train_sft(args):
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
     device = next(model.parameters()).device  # batches go where the model is
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
-                         tasks.completion_len(digits), temperature)
+    completions = sample(
+        model,
+        torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
@@ -167,8 +187,13 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
-                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
+    mask = torch.cat(
+        [
+            torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+            torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device),
+        ],
+        dim=1,
+    )
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -180,12 +205,15 @@ def train(args: Args) -> dict:
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(
+        device
+    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, label noise, shuffling) and torch (sampling).
     random.seed(args.seed)
@@ -200,10 +228,16 @@ def train(args: Args) -> dict:
     operands = train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)]
     prompts = tasks.encode_prompts(operands, args.digits)
     with torch.no_grad():
-        samples = sample(policy, torch.as_tensor(prompts, device=device).repeat_interleave(K, dim=0), C, 1.0).cpu().numpy()
+        samples = (
+            sample(policy, torch.as_tensor(prompts, device=device).repeat_interleave(K, dim=0), C, 1.0)
+            .cpu()
+            .numpy()
+        )
     gold = tasks.graded_score(np.repeat(operands, K, axis=0), samples, args.digits).reshape(-1, K)
     data = tasks.build_preference_pairs(prompts, samples.reshape(-1, K, C), gold, args.label_noise, rng)
-    data["chosen_mask"], data["rejected_mask"] = (tasks.completion_mask(data[k]) for k in ("chosen", "rejected"))
+    data["chosen_mask"], data["rejected_mask"] = (
+        tasks.completion_mask(data[k]) for k in ("chosen", "rejected")
+    )
     data = {k: torch.as_tensor(v, device=device) for k, v in data.items()}
     num_pairs = len(data["chosen"])
 
@@ -211,8 +245,12 @@ def train(args: Args) -> dict:
     reference = copy.deepcopy(policy).requires_grad_(False)
     # (with --average-logps, per-token means for the reference too: h compares like with like)
     with torch.no_grad():
-        ref_chosen = pair_logps(reference, data["prompts"], data["chosen"], data["chosen_mask"], args.average_logps)
-        ref_rejected = pair_logps(reference, data["prompts"], data["rejected"], data["rejected_mask"], args.average_logps)
+        ref_chosen = pair_logps(
+            reference, data["prompts"], data["chosen"], data["chosen_mask"], args.average_logps
+        )
+        ref_rejected = pair_logps(
+            reference, data["prompts"], data["rejected"], data["rejected_mask"], args.average_logps
+        )
 
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate)
     with torch.no_grad():
@@ -228,13 +266,20 @@ def train(args: Args) -> dict:
         perm = torch.as_tensor(rng.permutation(num_pairs), device=device)
         for start in range(0, num_pairs, args.batch_size):
             step += 1
-            mb = perm[start:start + args.batch_size]
-            policy_chosen = pair_logps(policy, data["prompts"][mb], data["chosen"][mb], data["chosen_mask"][mb],
-                                       args.average_logps)
-            policy_rejected = pair_logps(policy, data["prompts"][mb], data["rejected"][mb], data["rejected_mask"][mb],
-                                         args.average_logps)
-            loss, chosen_rewards, rejected_rewards = ipo_loss(policy_chosen, policy_rejected,
-                                                              ref_chosen[mb], ref_rejected[mb], args.beta)
+            mb = perm[start : start + args.batch_size]
+            policy_chosen = pair_logps(
+                policy, data["prompts"][mb], data["chosen"][mb], data["chosen_mask"][mb], args.average_logps
+            )
+            policy_rejected = pair_logps(
+                policy,
+                data["prompts"][mb],
+                data["rejected"][mb],
+                data["rejected_mask"][mb],
+                args.average_logps,
+            )
+            loss, chosen_rewards, rejected_rewards = ipo_loss(
+                policy_chosen, policy_rejected, ref_chosen[mb], ref_rejected[mb], args.beta
+            )
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
@@ -249,7 +294,9 @@ def train(args: Args) -> dict:
             writer.add_scalar("rewards/chosen", chosen_rewards.mean().item(), step)
             writer.add_scalar("rewards/rejected", rejected_rewards.mean().item(), step)
             writer.add_scalar("rewards/margins", margin, step)
-            writer.add_scalar("rewards/accuracies", (chosen_rewards > rejected_rewards).float().mean().item(), step)
+            writer.add_scalar(
+                "rewards/accuracies", (chosen_rewards > rejected_rewards).float().mean().item(), step
+            )
             writer.add_scalar("logps/chosen", policy_chosen.mean().item(), step)
             writer.add_scalar("logps/rejected", policy_rejected.mean().item(), step)
             writer.add_scalar("charts/SPS", sps, step)
@@ -261,8 +308,13 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/test_accuracy", test_acc, step)
             if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{total_steps}  loss {loss.item():.4f}  margin {margin:.3f}  "
-                      f"test acc {accuracy_curve[-1][1]:.3f}  pairs/s {sps:5,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{total_steps}  loss {loss.item():.4f}  margin {margin:.3f}  "
+                    f"test acc {accuracy_curve[-1][1]:.3f}  pairs/s {sps:5,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -270,14 +322,20 @@ def train(args: Args) -> dict:
     # less likely. IPO bounds the margin (target 1 / (2 beta)), not where the chosen log-probs go.
     # Measured on the whole pair set, before/after.
     with torch.no_grad():
-        final_chosen = pair_logps(policy, data["prompts"], data["chosen"], data["chosen_mask"], args.average_logps)
-        final_rejected = pair_logps(policy, data["prompts"], data["rejected"], data["rejected_mask"], args.average_logps)
+        final_chosen = pair_logps(
+            policy, data["prompts"], data["chosen"], data["chosen_mask"], args.average_logps
+        )
+        final_rejected = pair_logps(
+            policy, data["prompts"], data["rejected"], data["rejected_mask"], args.average_logps
+        )
     chosen_change = (final_chosen - ref_chosen).mean().item()
     margin_change = args.beta * ((final_chosen - ref_chosen) - (final_rejected - ref_rejected)).mean().item()
     if chosen_change < 0 < margin_change:
-        print(f"note: mean log-prob of the chosen completions fell by {-chosen_change:.3f} nats while the "
-              f"implicit-reward margin grew by {margin_change:.3f} (DPO's symptom; docs/algorithms/ipo.md)",
-              file=sys.stderr)
+        print(
+            f"note: mean log-prob of the chosen completions fell by {-chosen_change:.3f} nats while the "
+            f"implicit-reward margin grew by {margin_change:.3f} (DPO's symptom; docs/algorithms/ipo.md)",
+            file=sys.stderr,
+        )
 
     wall_time = time.time() - start_time
     with torch.no_grad():

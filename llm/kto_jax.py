@@ -24,6 +24,7 @@ and learning: greedy held-out accuracy at least 25 points above the SFT start fo
 Measured gains, seeds 1-3: torch +0.444/+0.442/+0.426, jax +0.440/+0.442/+0.396.
 Reproduce: python llm/kto_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -91,8 +92,16 @@ SMOKE_ARGS = dict(sft_steps=4, num_test=16, num_prompts=32, epochs=1, batch_size
 
 
 # ----------------------------------------------------------------------------- pure math
-def kto_loss(policy_logps, ref_logps, policy_kl_logps, ref_kl_logps, desirable, beta,
-             desirable_weight, undesirable_weight):
+def kto_loss(
+    policy_logps,
+    ref_logps,
+    policy_kl_logps,
+    ref_kl_logps,
+    desirable,
+    beta,
+    desirable_weight,
+    undesirable_weight,
+):
     """KTO loss on (B,) sequence log-probs. desirable: (B,) 1.0 / 0.0 labels. policy_kl_logps and
     ref_kl_logps: the same policy and reference on mismatched pairs (another prompt's completion).
     z = max(0, mean(policy_kl_logps - ref_kl_logps)), detached: a reference point, not a target.
@@ -120,9 +129,11 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/kto_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/kto_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.samples_per_prompt < 1:
         raise ValueError(f"samples_per_prompt = {args.samples_per_prompt} must be at least 1")
     if not 0.0 <= args.label_noise < 0.5:
@@ -130,13 +141,19 @@ def check_args(args):
     if args.beta <= 0.0:
         raise ValueError(f"beta = {args.beta} must be positive")
     if args.desirable_weight <= 0.0 or args.undesirable_weight <= 0.0:
-        raise ValueError(f"desirable_weight = {args.desirable_weight} and undesirable_weight = "
-                         f"{args.undesirable_weight} must be positive")
+        raise ValueError(
+            f"desirable_weight = {args.desirable_weight} and undesirable_weight = "
+            f"{args.undesirable_weight} must be positive"
+        )
     if args.batch_size < 2:
-        raise ValueError(f"batch_size = {args.batch_size}: the KL estimate needs mismatched pairs, so at least 2")
+        raise ValueError(
+            f"batch_size = {args.batch_size}: the KL estimate needs mismatched pairs, so at least 2"
+        )
     if args.num_prompts * args.samples_per_prompt < 2:
-        raise ValueError(f"num_prompts x samples_per_prompt = {args.num_prompts * args.samples_per_prompt}: "
-                         "the KL estimate needs mismatched pairs, so at least 2 examples")
+        raise ValueError(
+            f"num_prompts x samples_per_prompt = {args.num_prompts * args.samples_per_prompt}: "
+            "the KL estimate needs mismatched pairs, so at least 2 examples"
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if os.path.exists(path):
@@ -148,19 +165,36 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                   total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                   progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -180,8 +214,13 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
     prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
     completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
     full = jnp.concatenate([prompts, completions], axis=1)
-    mask = jnp.concatenate([jnp.zeros((len(full), prompts.shape[1] - 1)),
-                            jnp.asarray(tasks.completion_mask(np.asarray(completions)))], axis=1)
+    mask = jnp.concatenate(
+        [
+            jnp.zeros((len(full), prompts.shape[1] - 1)),
+            jnp.asarray(tasks.completion_mask(np.asarray(completions))),
+        ],
+        axis=1,
+    )
     logp = sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(model.apply(ref_params, full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean()), key
@@ -197,8 +236,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, label noise, shuffling) and jax (sampling).
     random.seed(args.seed)
@@ -217,16 +257,27 @@ def train(args: Args) -> dict:
     correct = tasks.verify(np.repeat(operands, K, axis=0), samples, args.digits)
     flip = rng.random(len(correct)) < args.label_noise
     desirable = np.where(flip, 1.0 - correct, correct).astype(np.float32)
-    data = {"prompts": prompts, "completions": samples, "mask": tasks.completion_mask(samples),
-            "desirable": desirable}
+    data = {
+        "prompts": prompts,
+        "completions": samples,
+        "mask": tasks.completion_mask(samples),
+        "desirable": desirable,
+    }
     data = {k: jnp.asarray(v) for k, v in data.items()}
     num_examples = len(desirable)
     num_desirable = int(desirable.sum())
     # The paper's guidance: lambda_D n_D / (lambda_U n_U) in [1, 4/3] (docs/algorithms/kto.md).
-    weight_ratio = args.desirable_weight * num_desirable / max(args.undesirable_weight * (num_examples - num_desirable), 1e-8)
+    weight_ratio = (
+        args.desirable_weight
+        * num_desirable
+        / max(args.undesirable_weight * (num_examples - num_desirable), 1e-8)
+    )
     if not 1.0 <= weight_ratio <= 4.0 / 3.0:
-        print(f"note: lambda_D n_D / (lambda_U n_U) = {args.desirable_weight} x {num_desirable} / ({args.undesirable_weight} x "
-              f"{num_examples - num_desirable}) = {weight_ratio:.3f}, outside the paper's [1, 4/3]", file=sys.stderr)
+        print(
+            f"note: lambda_D n_D / (lambda_U n_U) = {args.desirable_weight} x {num_desirable} / ({args.undesirable_weight} x "
+            f"{num_examples - num_desirable}) = {weight_ratio:.3f}, outside the paper's [1, 4/3]",
+            file=sys.stderr,
+        )
 
     # ---- reference log-probs of the examples, once, without gradient (the reference never changes)
     logps = jax.jit(lambda params, p, c, m: pair_logps(model, params, p, c, m))
@@ -238,8 +289,16 @@ def train(args: Args) -> dict:
 
     def loss_fn(params, mb, policy_kl, ref_kl):
         policy_logps = pair_logps(model, params, mb["prompts"], mb["completions"], mb["mask"])
-        loss, rewards, z = kto_loss(policy_logps, mb["ref_logps"], policy_kl, ref_kl, mb["desirable"],
-                                    args.beta, args.desirable_weight, args.undesirable_weight)
+        loss, rewards, z = kto_loss(
+            policy_logps,
+            mb["ref_logps"],
+            policy_kl,
+            ref_kl,
+            mb["desirable"],
+            args.beta,
+            args.desirable_weight,
+            args.undesirable_weight,
+        )
         return loss, (rewards, z, policy_logps)
 
     @jax.jit
@@ -266,7 +325,7 @@ def train(args: Args) -> dict:
         perm = rng.permutation(num_examples)
         for start in starts:
             step += 1
-            mb = perm[start:start + args.batch_size]
+            mb = perm[start : start + args.batch_size]
             batch = {k: v[mb] for k, v in data.items()} | {"ref_logps": ref_logps[mb]}
             params, opt_state, loss, aux = update(params, opt_state, batch)
             rewards, z, policy_logps = aux
@@ -290,8 +349,13 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/test_accuracy", test_acc, step)
             if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{total_steps}  loss {float(loss):.4f}  kl {float(z):.3f}  "
-                      f"test acc {accuracy_curve[-1][1]:.3f}  examples/s {sps:5,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{total_steps}  loss {float(loss):.4f}  kl {float(z):.3f}  "
+                    f"test acc {accuracy_curve[-1][1]:.3f}  examples/s {sps:5,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -314,7 +378,12 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": step,
         "run_dir": run_dir,
-        "losses": {"kto_loss": float(loss), "kl": float(z), "rewards_chosen": chosen, "rewards_rejected": rejected},
+        "losses": {
+            "kto_loss": float(loss),
+            "kl": float(z),
+            "rewards_chosen": chosen,
+            "rewards_rejected": rejected,
+        },
     }
 
 

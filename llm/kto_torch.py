@@ -24,6 +24,7 @@ and learning: greedy held-out accuracy at least 25 points above the SFT start fo
 Measured gains, seeds 1-3: torch +0.444/+0.442/+0.426, jax +0.440/+0.442/+0.396.
 Reproduce: python llm/kto_torch.py --seed 1
 """
+
 import copy
 import os
 import random
@@ -91,8 +92,16 @@ SMOKE_ARGS = dict(sft_steps=4, num_test=16, num_prompts=32, epochs=1, batch_size
 
 
 # ----------------------------------------------------------------------------- pure math
-def kto_loss(policy_logps, ref_logps, policy_kl_logps, ref_kl_logps, desirable, beta,
-             desirable_weight, undesirable_weight):
+def kto_loss(
+    policy_logps,
+    ref_logps,
+    policy_kl_logps,
+    ref_kl_logps,
+    desirable,
+    beta,
+    desirable_weight,
+    undesirable_weight,
+):
     """KTO loss on (B,) sequence log-probs. desirable: (B,) 1.0 / 0.0 labels. policy_kl_logps and
     ref_kl_logps: the same policy and reference on mismatched pairs (another prompt's completion).
     z = max(0, mean(policy_kl_logps - ref_kl_logps)), detached: a reference point, not a target.
@@ -126,13 +135,19 @@ def check_args(args):
     if args.beta <= 0.0:
         raise ValueError(f"beta = {args.beta} must be positive")
     if args.desirable_weight <= 0.0 or args.undesirable_weight <= 0.0:
-        raise ValueError(f"desirable_weight = {args.desirable_weight} and undesirable_weight = "
-                         f"{args.undesirable_weight} must be positive")
+        raise ValueError(
+            f"desirable_weight = {args.desirable_weight} and undesirable_weight = "
+            f"{args.undesirable_weight} must be positive"
+        )
     if args.batch_size < 2:
-        raise ValueError(f"batch_size = {args.batch_size}: the KL estimate needs mismatched pairs, so at least 2")
+        raise ValueError(
+            f"batch_size = {args.batch_size}: the KL estimate needs mismatched pairs, so at least 2"
+        )
     if args.num_prompts * args.samples_per_prompt < 2:
-        raise ValueError(f"num_prompts x samples_per_prompt = {args.num_prompts * args.samples_per_prompt}: "
-                         "the KL estimate needs mismatched pairs, so at least 2 examples")
+        raise ValueError(
+            f"num_prompts x samples_per_prompt = {args.num_prompts * args.samples_per_prompt}: "
+            "the KL estimate needs mismatched pairs, so at least 2 examples"
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
@@ -145,14 +160,27 @@ def check_args(args):
 
 def load_or_train_sft(args):
     if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
-        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
+        return hf_model.load(
+            args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+        ), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_torch.train(
+            sft_torch.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -160,8 +188,12 @@ def load_or_train_sft(args):
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
     device = next(model.parameters()).device  # batches go where the model is
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
-                         tasks.completion_len(digits), temperature)
+    completions = sample(
+        model,
+        torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
@@ -183,8 +215,13 @@ def kl_to_reference(policy, reference, pairs, digits):
     prompts = torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device)
     completions = sample(policy, prompts, tasks.completion_len(digits), 1.0)
     full = torch.cat([prompts, completions], dim=1)
-    mask = torch.cat([torch.zeros(len(full), prompts.shape[1] - 1, device=device),
-                      torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)], dim=1)
+    mask = torch.cat(
+        [
+            torch.zeros(len(full), prompts.shape[1] - 1, device=device),
+            torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device),
+        ],
+        dim=1,
+    )
     logp = sequence_logps(policy(full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(reference(full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean())
@@ -196,12 +233,15 @@ def train(args: Args) -> dict:
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(
+        device
+    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, label noise, shuffling) and torch (sampling).
     random.seed(args.seed)
@@ -220,16 +260,27 @@ def train(args: Args) -> dict:
     correct = tasks.verify(np.repeat(operands, K, axis=0), samples, args.digits)
     flip = rng.random(len(correct)) < args.label_noise
     desirable = np.where(flip, 1.0 - correct, correct).astype(np.float32)
-    data = {"prompts": prompts, "completions": samples, "mask": tasks.completion_mask(samples),
-            "desirable": desirable}
+    data = {
+        "prompts": prompts,
+        "completions": samples,
+        "mask": tasks.completion_mask(samples),
+        "desirable": desirable,
+    }
     data = {k: torch.as_tensor(v, device=device) for k, v in data.items()}
     num_examples = len(desirable)
     num_desirable = int(desirable.sum())
     # The paper's guidance: lambda_D n_D / (lambda_U n_U) in [1, 4/3] (docs/algorithms/kto.md).
-    weight_ratio = args.desirable_weight * num_desirable / max(args.undesirable_weight * (num_examples - num_desirable), 1e-8)
+    weight_ratio = (
+        args.desirable_weight
+        * num_desirable
+        / max(args.undesirable_weight * (num_examples - num_desirable), 1e-8)
+    )
     if not 1.0 <= weight_ratio <= 4.0 / 3.0:
-        print(f"note: lambda_D n_D / (lambda_U n_U) = {args.desirable_weight} x {num_desirable} / ({args.undesirable_weight} x "
-              f"{num_examples - num_desirable}) = {weight_ratio:.3f}, outside the paper's [1, 4/3]", file=sys.stderr)
+        print(
+            f"note: lambda_D n_D / (lambda_U n_U) = {args.desirable_weight} x {num_desirable} / ({args.undesirable_weight} x "
+            f"{num_examples - num_desirable}) = {weight_ratio:.3f}, outside the paper's [1, 4/3]",
+            file=sys.stderr,
+        )
 
     # ---- reference log-probs of the examples, once, without gradient (the reference never changes)
     reference = copy.deepcopy(policy).requires_grad_(False)
@@ -251,16 +302,28 @@ def train(args: Args) -> dict:
         perm = torch.as_tensor(rng.permutation(num_examples), device=device)
         for start in starts:
             step += 1
-            mb = perm[start:start + args.batch_size]
+            mb = perm[start : start + args.batch_size]
             # Mismatched pairs: prompt i with the completion of the batch's next example (another
             # prompt), scored by policy and reference without gradient: z only sets the reference point.
             kl_mb = torch.roll(mb, -1)
             with torch.no_grad():
-                policy_kl = pair_logps(policy, data["prompts"][mb], data["completions"][kl_mb], data["mask"][kl_mb])
-                ref_kl = pair_logps(reference, data["prompts"][mb], data["completions"][kl_mb], data["mask"][kl_mb])
+                policy_kl = pair_logps(
+                    policy, data["prompts"][mb], data["completions"][kl_mb], data["mask"][kl_mb]
+                )
+                ref_kl = pair_logps(
+                    reference, data["prompts"][mb], data["completions"][kl_mb], data["mask"][kl_mb]
+                )
             policy_logps = pair_logps(policy, data["prompts"][mb], data["completions"][mb], data["mask"][mb])
-            loss, rewards, z = kto_loss(policy_logps, ref_logps[mb], policy_kl, ref_kl, data["desirable"][mb],
-                                        args.beta, args.desirable_weight, args.undesirable_weight)
+            loss, rewards, z = kto_loss(
+                policy_logps,
+                ref_logps[mb],
+                policy_kl,
+                ref_kl,
+                data["desirable"][mb],
+                args.beta,
+                args.desirable_weight,
+                args.undesirable_weight,
+            )
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
@@ -286,8 +349,13 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/test_accuracy", test_acc, step)
             if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{total_steps}  loss {loss.item():.4f}  kl {z.item():.3f}  "
-                      f"test acc {accuracy_curve[-1][1]:.3f}  examples/s {sps:5,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{total_steps}  loss {loss.item():.4f}  kl {z.item():.3f}  "
+                    f"test acc {accuracy_curve[-1][1]:.3f}  examples/s {sps:5,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -311,7 +379,12 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": step,
         "run_dir": run_dir,
-        "losses": {"kto_loss": loss.item(), "kl": z.item(), "rewards_chosen": chosen, "rewards_rejected": rejected},
+        "losses": {
+            "kto_loss": loss.item(),
+            "kl": z.item(),
+            "rewards_chosen": chosen,
+            "rewards_rejected": rejected,
+        },
     }
 
 

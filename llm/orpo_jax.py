@@ -25,6 +25,7 @@ learning; runs in docs/algorithms/orpo.md).
 Measured gains, seeds 1-3: torch +0.408/+0.436/+0.444, jax +0.430/+0.400/+0.412 (lambda 0.1).
 Reproduce: python llm/orpo_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -99,7 +100,9 @@ def log_odds(mean_logps):
     x -> 0 (in float32 already for |x| < 3e-8) and returns -inf, and loses all relative precision of
     1 - P well before that; expm1(x) = exp(x) - 1 is accurate for small |x|. TRL writes
     log1p(-exp(x)), the same value, which is as accurate as this where P is not close to 1."""
-    mean_logps = jnp.where(mean_logps > MAX_MEAN_LOGP, MAX_MEAN_LOGP, mean_logps)  # torch's clamp: gradient 1 at the bound
+    mean_logps = jnp.where(
+        mean_logps > MAX_MEAN_LOGP, MAX_MEAN_LOGP, mean_logps
+    )  # torch's clamp: gradient 1 at the bound
     return mean_logps - jnp.log(-jnp.expm1(mean_logps))
 
 
@@ -113,7 +116,12 @@ def orpo_loss(chosen_logps, rejected_logps, chosen_lengths, rejected_lengths, la
     log_odds_ratio = log_odds(chosen_logps / chosen_lengths) - log_odds(rejected_logps / rejected_lengths)
     or_loss = -jax.nn.log_sigmoid(log_odds_ratio).mean()
     loss = nll + lam * or_loss
-    return loss, jax.lax.stop_gradient(nll), jax.lax.stop_gradient(or_loss), jax.lax.stop_gradient(log_odds_ratio)
+    return (
+        loss,
+        jax.lax.stop_gradient(nll),
+        jax.lax.stop_gradient(or_loss),
+        jax.lax.stop_gradient(log_odds_ratio),
+    )
 
 
 # ----------------------------------------------------------------------------- set-up and evaluation
@@ -124,11 +132,15 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/orpo_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/orpo_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.samples_per_prompt < 2:
-        raise ValueError(f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions")
+        raise ValueError(
+            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
+        )
     if not 0.0 <= args.label_noise < 0.5:
         raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
     if args.lam < 0.0:
@@ -146,19 +158,36 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -178,8 +207,12 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
     prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
     completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
     comp_mask = jnp.asarray(tasks.completion_mask(np.asarray(completions)))
-    return float((pair_logps(model, params, prompts, completions, comp_mask)
-                  - pair_logps(model, ref_params, prompts, completions, comp_mask)).mean()), key
+    return float(
+        (
+            pair_logps(model, params, prompts, completions, comp_mask)
+            - pair_logps(model, ref_params, prompts, completions, comp_mask)
+        ).mean()
+    ), key
 
 
 # ----------------------------------------------------------------------------- training
@@ -192,8 +225,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, label noise, shuffling) and jax (sampling).
     random.seed(args.seed)
@@ -211,7 +245,9 @@ def train(args: Args) -> dict:
     samples = np.asarray(samples)
     gold = tasks.graded_score(np.repeat(operands, K, axis=0), samples, args.digits).reshape(-1, K)
     data = tasks.build_preference_pairs(prompts, samples.reshape(-1, K, C), gold, args.label_noise, rng)
-    data["chosen_mask"], data["rejected_mask"] = (tasks.completion_mask(data[k]) for k in ("chosen", "rejected"))
+    data["chosen_mask"], data["rejected_mask"] = (
+        tasks.completion_mask(data[k]) for k in ("chosen", "rejected")
+    )
     data = {k: jnp.asarray(v) for k, v in data.items()}
     num_pairs = len(data["chosen"])
     # Completion lengths |y|, tokens up to and including <eos>: the length normalisation of P(y|x).
@@ -228,8 +264,9 @@ def train(args: Args) -> dict:
     def loss_fn(params, mb):
         policy_chosen = pair_logps(model, params, mb["prompts"], mb["chosen"], mb["chosen_mask"])
         policy_rejected = pair_logps(model, params, mb["prompts"], mb["rejected"], mb["rejected_mask"])
-        loss, nll, or_loss, log_odds_ratio = orpo_loss(policy_chosen, policy_rejected, mb["chosen_len"],
-                                                       mb["rejected_len"], args.lam)
+        loss, nll, or_loss, log_odds_ratio = orpo_loss(
+            policy_chosen, policy_rejected, mb["chosen_len"], mb["rejected_len"], args.lam
+        )
         return loss, (nll, or_loss, log_odds_ratio, policy_chosen, policy_rejected)
 
     @jax.jit
@@ -250,7 +287,7 @@ def train(args: Args) -> dict:
         perm = rng.permutation(num_pairs)
         for start in range(0, num_pairs, args.batch_size):
             step += 1
-            mb = perm[start:start + args.batch_size]
+            mb = perm[start : start + args.batch_size]
             batch = {k: v[mb] for k, v in data.items()}
             params, opt_state, loss, aux = update(params, opt_state, batch)
             nll, or_loss, log_odds_ratio, policy_chosen, policy_rejected = aux
@@ -282,8 +319,13 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/test_accuracy", test_acc, step)
             if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{total_steps}  loss {float(loss):.4f}  log-odds ratio {margin:.3f}  "
-                      f"test acc {accuracy_curve[-1][1]:.3f}  pairs/s {sps:5,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{total_steps}  loss {float(loss):.4f}  log-odds ratio {margin:.3f}  "
+                    f"test acc {accuracy_curve[-1][1]:.3f}  pairs/s {sps:5,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 
@@ -311,7 +353,12 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": step,
         "run_dir": run_dir,
-        "losses": {"orpo_loss": float(loss), "nll_loss": float(nll), "or_loss": float(or_loss), "log_odds_ratio": margin},
+        "losses": {
+            "orpo_loss": float(loss),
+            "nll_loss": float(nll),
+            "or_loss": float(or_loss),
+            "log_odds_ratio": margin,
+        },
     }
 
 

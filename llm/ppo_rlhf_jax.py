@@ -26,6 +26,7 @@ Measured gains, seeds 1-3 (reward models of 4 epochs): torch +0.386/+0.262/+0.24
 beta = 0 over-optimises (gold 0.74 -> 0.03 while the proxy rises): docs/algorithms/ppo_rlhf.md.
 Reproduce: python llm/ppo_rlhf_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -110,8 +111,18 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(sft_steps=4, rm_prompts=32, rm_epochs=1, num_test=16, total_steps=2, prompts_per_step=8,
-                  update_epochs=2, num_minibatches=2, adaptive_kl=True, eval_every=1)
+SMOKE_ARGS = dict(
+    sft_steps=4,
+    rm_prompts=32,
+    rm_epochs=1,
+    num_test=16,
+    total_steps=2,
+    prompts_per_step=8,
+    update_epochs=2,
+    num_minibatches=2,
+    adaptive_kl=True,
+    eval_every=1,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -160,7 +171,9 @@ def ppo_policy_loss(logp, old_logp, advantages, mask, clip_coef):
         -masked_mean(min(r A, clip(r, 1 - eps, 1 + eps) A)),  r = pi / pi_old.
     Returns (loss, fraction of tokens whose ratio was clipped, approximate KL(pi_old || pi) per token)."""
     ratio = jnp.exp(logp - old_logp)
-    surrogate = jnp.minimum(ratio * advantages, jnp.clip(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * advantages)
+    surrogate = jnp.minimum(
+        ratio * advantages, jnp.clip(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * advantages
+    )
     n = mask.sum()
     clipped = (jnp.abs(ratio - 1.0) > clip_coef).astype(jnp.float32)
     approx_kl = (((ratio - 1.0) - (logp - old_logp)) * mask).sum() / n
@@ -173,7 +186,9 @@ def clipped_value_loss(values, old_values, returns, mask, clip_coef):
     values_clipped = old_values + jnp.clip(values - old_values, -clip_coef, clip_coef)
     unclipped, clipped = (values - returns) ** 2, (values_clipped - returns) ** 2
     n = mask.sum()
-    return 0.5 * (jnp.maximum(unclipped, clipped) * mask).sum() / n, ((clipped > unclipped).astype(jnp.float32) * mask).sum() / n
+    return 0.5 * (jnp.maximum(unclipped, clipped) * mask).sum() / n, (
+        (clipped > unclipped).astype(jnp.float32) * mask
+    ).sum() / n
 
 
 def adaptive_kl_update(kl_coef, kl, target, horizon, n_steps):
@@ -189,6 +204,7 @@ class Critic(nn.Module):
     (V(s_t) is read on the hidden state of the token before completion token t). Initialised from
     the reward model (InstructGPT); trained apart from the policy, which it shares nothing with.
     params = {"params": {"lm": ..., "head": ...}}: the reward model's own pytree."""
+
     config: dict
 
     @nn.compact
@@ -205,22 +221,36 @@ def default_sft_path(args):
 def rm_args(args):
     """The reward-model run this PPO run reads (or makes, when its checkpoint is missing). With --model
     it is a reward model on the same Hugging Face model (a folder; reward_model_jax.default_save_path)."""
-    return reward_model_jax.Args(seed=args.seed, cuda=args.cuda, model=args.model, digits=args.digits,
-                                 num_test=args.num_test, sft_path=args.sft_path or default_sft_path(args), sft_steps=args.sft_steps,
-                                 num_prompts=args.rm_prompts, epochs=args.rm_epochs, save_path=args.rm_path,
-                                 log_dir=args.log_dir, progress=args.progress)
+    return reward_model_jax.Args(
+        seed=args.seed,
+        cuda=args.cuda,
+        model=args.model,
+        digits=args.digits,
+        num_test=args.num_test,
+        sft_path=args.sft_path or default_sft_path(args),
+        sft_steps=args.sft_steps,
+        num_prompts=args.rm_prompts,
+        epochs=args.rm_epochs,
+        save_path=args.rm_path,
+        log_dir=args.log_dir,
+        progress=args.progress,
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/ppo_rlhf_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/ppo_rlhf_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (PPO samples)")
     if args.prompts_per_step % args.num_minibatches:
-        raise ValueError(f"prompts_per_step = {args.prompts_per_step} is not divisible by num_minibatches = {args.num_minibatches}")
+        raise ValueError(
+            f"prompts_per_step = {args.prompts_per_step} is not divisible by num_minibatches = {args.num_minibatches}"
+        )
     if args.kl_coef < 0:
         raise ValueError(f"kl_coef = {args.kl_coef} must be >= 0")
     if args.adaptive_kl and (args.target_kl <= 0 or args.kl_horizon <= 0 or args.kl_coef == 0):
@@ -243,11 +273,22 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -255,8 +296,11 @@ def load_or_train_sft(args):
 def load_or_train_reward_model(args):
     path = args.rm_path or reward_model_jax.default_save_path(rm_args(args))
     if not os.path.exists(path):
-        print(f"no reward model at {path}: training one first (llm/reward_model_jax.py, {args.rm_prompts} "
-              f"prompts, {args.rm_epochs} epochs)", file=sys.stderr)
+        print(
+            f"no reward model at {path}: training one first (llm/reward_model_jax.py, {args.rm_prompts} "
+            f"prompts, {args.rm_epochs} epochs)",
+            file=sys.stderr,
+        )
         reward_model_jax.train(rm_args(args))
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return reward_model_jax.load_reward_model(path, min_context=need), path
@@ -264,8 +308,14 @@ def load_or_train_reward_model(args):
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -277,8 +327,13 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
     prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
     completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
     full = jnp.concatenate([prompts, completions], axis=1)
-    mask = jnp.concatenate([jnp.zeros((len(full), prompts.shape[1] - 1)),
-                            jnp.asarray(tasks.completion_mask(np.asarray(completions)))], axis=1)
+    mask = jnp.concatenate(
+        [
+            jnp.zeros((len(full), prompts.shape[1] - 1)),
+            jnp.asarray(tasks.completion_mask(np.asarray(completions))),
+        ],
+        axis=1,
+    )
     logp = sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(model.apply(ref_params, full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean()), key
@@ -297,19 +352,31 @@ def sampled_scores(model, params, score, rm_params, pairs, digits, temperature, 
 @partial(jax.jit, static_argnames="model")
 def sequence_kl(model, params, ref_params, full, mask):
     """Per sequence: sum over its completion tokens of log pi - log pi_ref (mask over full[:, 1:])."""
-    return (sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
-            - sequence_logps(model.apply(ref_params, full[:, :-1]), full[:, 1:], mask))
+    return sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask) - sequence_logps(
+        model.apply(ref_params, full[:, :-1]), full[:, 1:], mask
+    )
 
 
 def proxy_and_gold(model, params, ref_params, score, rm_params, score_stats, pairs, digits, key):
     """On one temperature-1 sample per test prompt: the mean normalised proxy score, the mean gold
     reward (verifier) and the sequence KL(pi || pi_ref): the three axes of the over-optimisation plot."""
-    (prompts, completions, full, scores), key = sampled_scores(model, params, score, rm_params, pairs, digits, 1.0, key)
-    mask = jnp.concatenate([jnp.zeros((len(full), prompts.shape[1] - 1)),
-                            jnp.asarray(tasks.completion_mask(np.asarray(completions)))], axis=1)
+    (prompts, completions, full, scores), key = sampled_scores(
+        model, params, score, rm_params, pairs, digits, 1.0, key
+    )
+    mask = jnp.concatenate(
+        [
+            jnp.zeros((len(full), prompts.shape[1] - 1)),
+            jnp.asarray(tasks.completion_mask(np.asarray(completions))),
+        ],
+        axis=1,
+    )
     kl = sequence_kl(model, params, ref_params, full, mask)
     gold = tasks.verify(pairs, np.asarray(completions), digits)
-    return (float(((scores - score_stats[0]) / score_stats[1]).mean()), float(gold.mean()), float(kl.mean())), key
+    return (
+        float(((scores - score_stats[0]) / score_stats[1]).mean()),
+        float(gold.mean()),
+        float(kl.mean()),
+    ), key
 
 
 # ----------------------------------------------------------------------------- training
@@ -323,8 +390,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, minibatches) and jax (sampling).
     random.seed(args.seed)
@@ -336,8 +404,17 @@ def train(args: Args) -> dict:
     score = jax.jit(rm.apply)  # the frozen proxy
     critic = Critic(rm.config)
     critic_params = rm_params  # starts as the reward model; the proxy's own rm_params are never updated
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(
-        lambda count: args.learning_rate * jnp.minimum(1.0, (count // (args.update_epochs * args.num_minibatches) + 1) / args.warmup_steps)))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.adam(
+            lambda count: (
+                args.learning_rate
+                * jnp.minimum(
+                    1.0, (count // (args.update_epochs * args.num_minibatches) + 1) / args.warmup_steps
+                )
+            )
+        ),
+    )
     opt_state, critic_opt_state = optimizer.init(params), optimizer.init(critic_params)
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     P, C, B = tasks.prompt_len(args.digits), tasks.completion_len(args.digits), args.prompts_per_step
@@ -346,22 +423,34 @@ def train(args: Args) -> dict:
     @jax.jit
     def rollout_stats(params, critic_params, inputs, labels):
         """Old and reference log-probs and the critic's values on the completion positions."""
-        old_logp = token_logps(model.apply(params, inputs), labels, args.temperature)[:, P - 1:]
-        ref_logp = token_logps(model.apply(ref_params, inputs), labels, args.temperature)[:, P - 1:]
-        return old_logp, ref_logp, critic.apply(critic_params, inputs)[:, P - 1:]
+        old_logp = token_logps(model.apply(params, inputs), labels, args.temperature)[:, P - 1 :]
+        ref_logp = token_logps(model.apply(ref_params, inputs), labels, args.temperature)[:, P - 1 :]
+        return old_logp, ref_logp, critic.apply(critic_params, inputs)[:, P - 1 :]
 
     def loss_fn(both, mb):
         params, critic_params = both
-        logits = model.apply(params, mb["inputs"])[:, P - 1:]
-        logp = token_logps(logits, mb["labels"][:, P - 1:], args.temperature)
-        pg_loss, clip_ratio, approx_kl = ppo_policy_loss(logp, mb["old_logp"], mb["advantages"], mb["mask"],
-                                                         args.clip_coef)
-        v_loss, v_clip_ratio = clipped_value_loss(critic.apply(critic_params, mb["inputs"])[:, P - 1:], mb["old_values"],
-                                                  mb["returns"], mb["mask"], args.vf_clip_coef)
+        logits = model.apply(params, mb["inputs"])[:, P - 1 :]
+        logp = token_logps(logits, mb["labels"][:, P - 1 :], args.temperature)
+        pg_loss, clip_ratio, approx_kl = ppo_policy_loss(
+            logp, mb["old_logp"], mb["advantages"], mb["mask"], args.clip_coef
+        )
+        v_loss, v_clip_ratio = clipped_value_loss(
+            critic.apply(critic_params, mb["inputs"])[:, P - 1 :],
+            mb["old_values"],
+            mb["returns"],
+            mb["mask"],
+            args.vf_clip_coef,
+        )
         logp_all = jax.nn.log_softmax(logits / args.temperature, axis=-1)
         entropy = (-(jnp.exp(logp_all) * logp_all).sum(-1) * mb["mask"]).sum() / mb["mask"].sum()
-        return pg_loss + v_loss, {"ppo_rlhf_loss": pg_loss, "value_loss": v_loss, "clip_ratio": clip_ratio,
-                                  "value_clip_ratio": v_clip_ratio, "approx_kl": approx_kl, "entropy": entropy}
+        return pg_loss + v_loss, {
+            "ppo_rlhf_loss": pg_loss,
+            "value_loss": v_loss,
+            "clip_ratio": clip_ratio,
+            "value_clip_ratio": v_clip_ratio,
+            "approx_kl": approx_kl,
+            "entropy": entropy,
+        }
 
     @jax.jit
     def update(params, critic_params, opt_state, critic_opt_state, mb):
@@ -369,16 +458,24 @@ def train(args: Args) -> dict:
         (grads, critic_grads), stats = jax.grad(loss_fn, has_aux=True)((params, critic_params), mb)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         critic_updates, critic_opt_state = optimizer.update(critic_grads, critic_opt_state, critic_params)
-        return (optax.apply_updates(params, updates), optax.apply_updates(critic_params, critic_updates),
-                opt_state, critic_opt_state, stats)
+        return (
+            optax.apply_updates(params, updates),
+            optax.apply_updates(critic_params, critic_updates),
+            opt_state,
+            critic_opt_state,
+            stats,
+        )
 
     # Reward normalisation (Ziegler et al.): the proxy score has mean 0 and std 1 on SFT samples.
     stats_pairs = train_pairs[rng.integers(0, len(train_pairs), B)]
-    (_, _, _, scores), key = sampled_scores(model, params, score, rm_params, stats_pairs, args.digits, args.temperature, key)
+    (_, _, _, scores), key = sampled_scores(
+        model, params, score, rm_params, stats_pairs, args.digits, args.temperature, key
+    )
     score_stats = (float(scores.mean()), float(scores.std(ddof=1)) + 1e-8)
     initial_acc, key = accuracy(model, params, test_pairs, args.digits, key)
-    (proxy, gold, kl_seq), key = proxy_and_gold(model, params, ref_params, score, rm_params, score_stats, test_pairs,
-                                                args.digits, key)
+    (proxy, gold, kl_seq), key = proxy_and_gold(
+        model, params, ref_params, score, rm_params, score_stats, test_pairs, args.digits, key
+    )
     accuracy_curve, gain_curve = [(0, initial_acc)], [(0, 0.0)]
     proxy_curve, gold_curve, kl_curve = [(0, proxy)], [(0, gold)], [(0, kl_seq)]
     writer.add_scalar("charts/test_accuracy", initial_acc, 0)
@@ -387,8 +484,9 @@ def train(args: Args) -> dict:
     for step in range(1, args.total_steps + 1):
         # ---- rollout: one completion per prompt, scored by the reward model (the proxy)
         pairs = train_pairs[rng.integers(0, len(train_pairs), B)]
-        (prompts, completions, full, raw_scores), key = sampled_scores(model, params, score, rm_params, pairs,
-                                                                       args.digits, args.temperature, key)
+        (prompts, completions, full, raw_scores), key = sampled_scores(
+            model, params, score, rm_params, pairs, args.digits, args.temperature, key
+        )
         scores = (raw_scores - score_stats[0]) / score_stats[1]
         # inputs[:, P - 1:] predict the completion tokens labels[:, P - 1:] (= completions)
         inputs, labels = full[:, :-1], full[:, 1:]
@@ -401,16 +499,26 @@ def train(args: Args) -> dict:
         tokens_sampled += int(mask.sum())
 
         # ---- update: update_epochs passes of num_minibatches minibatches over the rollout batch
-        batch = dict(inputs=inputs, labels=labels, mask=mask, old_logp=old_logp, old_values=old_values,
-                     advantages=advantages, returns=returns)
+        batch = dict(
+            inputs=inputs,
+            labels=labels,
+            mask=mask,
+            old_logp=old_logp,
+            old_values=old_values,
+            advantages=advantages,
+            returns=returns,
+        )
         for epoch in range(args.update_epochs):
             perm = rng.permutation(B)
             for start in range(0, B, mb_size):
-                mb = {k: v[perm[start:start + mb_size]] for k, v in batch.items()}
+                mb = {k: v[perm[start : start + mb_size]] for k, v in batch.items()}
                 params, critic_params, opt_state, critic_opt_state, stats = update(
-                    params, critic_params, opt_state, critic_opt_state, mb)
-        pg_loss, v_loss, clip_ratio, v_clip_ratio, approx_kl, entropy = (stats[k] for k in (
-            "ppo_rlhf_loss", "value_loss", "clip_ratio", "value_clip_ratio", "approx_kl", "entropy"))
+                    params, critic_params, opt_state, critic_opt_state, mb
+                )
+        pg_loss, v_loss, clip_ratio, v_clip_ratio, approx_kl, entropy = (
+            stats[k]
+            for k in ("ppo_rlhf_loss", "value_loss", "clip_ratio", "value_clip_ratio", "approx_kl", "entropy")
+        )
 
         # ---- the KL penalty's weight: fixed, or moved toward target_kl (Ziegler et al.)
         batch_kl = float(kl.sum(-1).mean())
@@ -433,8 +541,9 @@ def train(args: Args) -> dict:
         writer.add_scalar("charts/SPS", sps, step)
         if step % args.eval_every == 0 or step == args.total_steps:
             test_acc, key = accuracy(model, params, test_pairs, args.digits, key)
-            (proxy, gold, kl_seq), key = proxy_and_gold(model, params, ref_params, score, rm_params, score_stats,
-                                                        test_pairs, args.digits, key)
+            (proxy, gold, kl_seq), key = proxy_and_gold(
+                model, params, ref_params, score, rm_params, score_stats, test_pairs, args.digits, key
+            )
             accuracy_curve.append((step, test_acc))
             gain_curve.append((step, test_acc - initial_acc))
             proxy_curve.append((step, proxy))
@@ -446,9 +555,14 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/test_kl", kl_seq, step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>4d}/{args.total_steps}  proxy {float(scores.mean()):+.3f}  gold "
-                  f"{float(gold_rewards.mean()):.3f}  test acc {accuracy_curve[-1][1]:.3f}  kl {batch_kl:.3f}  "
-                  f"beta {kl_coef:.4f}  tokens/s {sps:6,d}", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>4d}/{args.total_steps}  proxy {float(scores.mean()):+.3f}  gold "
+                f"{float(gold_rewards.mean()):.3f}  test acc {accuracy_curve[-1][1]:.3f}  kl {batch_kl:.3f}  "
+                f"beta {kl_coef:.4f}  tokens/s {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -475,8 +589,14 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": args.total_steps,
         "run_dir": run_dir,
-        "losses": {"ppo_rlhf_loss": float(pg_loss), "value_loss": float(v_loss), "kl": batch_kl,
-                   "entropy": float(entropy), "clip_ratio": float(clip_ratio), "approx_kl": float(approx_kl)},
+        "losses": {
+            "ppo_rlhf_loss": float(pg_loss),
+            "value_loss": float(v_loss),
+            "kl": batch_kl,
+            "entropy": float(entropy),
+            "clip_ratio": float(clip_ratio),
+            "approx_kl": float(approx_kl),
+        },
     }
 
 

@@ -35,6 +35,7 @@ Measured gains, seeds 1-3: torch +0.203/+0.221/+0.211, jax +0.170/+0.172/+0.117 
 PRM best-of-8 0.68-0.78); PRM minus ORM at n = 8: torch +0.042/+0.050/+0.043, jax -0.034/-0.003/-0.012.
 Reproduce: python llm/prm_jax.py --seed 1
 """
+
 import math
 import os
 import random
@@ -103,8 +104,17 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(sft_steps=4, num_test=16, num_prompts=16, num_rollouts=2, best_of_n=2, max_n=4,
-                  epochs=1, batch_size=8, eval_every=2)
+SMOKE_ARGS = dict(
+    sft_steps=4,
+    num_test=16,
+    num_prompts=16,
+    num_rollouts=2,
+    best_of_n=2,
+    max_n=4,
+    epochs=1,
+    batch_size=8,
+    eval_every=2,
+)
 AGGREGATIONS = ("min", "product")
 
 
@@ -134,7 +144,7 @@ def mc_step_labels(pairs, completions, rollout, num_rollouts, digits, key, soft=
         rows = np.flatnonzero(steps[:, j])
         if len(rows) == 0:
             continue
-        prefixes = np.concatenate([prompts[rows], completions[rows, :j + 1]], axis=1).repeat(N, axis=0)
+        prefixes = np.concatenate([prompts[rows], completions[rows, : j + 1]], axis=1).repeat(N, axis=0)
         rest = C - j - 1
         if rest > 0:
             tails, key = rollout(prefixes, rest, key)
@@ -185,6 +195,7 @@ class StepRewardModel(nn.Module):
     """The SFT transformer with a scalar head on the final hidden state of every position: one
     logit per token, read at the step positions (PRM) or at the last token (ORM). The head starts at
     zero: every probability 0.5. params = {"params": {"lm": <the SFT transformer's>, "head": ...}}."""
+
     config: dict
 
     @nn.compact
@@ -201,15 +212,19 @@ def default_sft_path(args):
 
 def n_grid(args):
     """The n of the best-of-n table: the powers of two that divide max_n, and best_of_n."""
-    return sorted({2 ** k for k in range(int(math.log2(args.max_n)) + 1) if args.max_n % 2 ** k == 0} | {args.best_of_n})
+    return sorted(
+        {2**k for k in range(int(math.log2(args.max_n)) + 1) if args.max_n % 2**k == 0} | {args.best_of_n}
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/prm_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/prm_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.num_rollouts < 1:
         raise ValueError(f"num_rollouts = {args.num_rollouts}: a step label needs at least one rollout")
     if args.samples_per_prompt < 1:
@@ -229,19 +244,36 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -288,8 +320,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, shuffling) and jax (sampling).
     random.seed(args.seed)
@@ -309,12 +342,15 @@ def train(args: Args) -> dict:
         return np.asarray(tails), key
 
     # ---- training solutions, their Monte Carlo step labels (PRM) and outcome labels (ORM)
-    operands = np.repeat(train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)], K, axis=0)
+    operands = np.repeat(
+        train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)], K, axis=0
+    )
     prompts = tasks.encode_prompts(operands, args.digits)
     completions, key = rollout(prompts, C, key)
     outcome = tasks.verify(operands, completions, args.digits)
-    step_labels, steps, key = mc_step_labels(operands, completions, rollout, args.num_rollouts, args.digits,
-                                             key, args.soft_labels)
+    step_labels, steps, key = mc_step_labels(
+        operands, completions, rollout, args.num_rollouts, args.digits, key, args.soft_labels
+    )
     tokens = np.concatenate([prompts, completions], axis=1)
     zeros = np.zeros((len(tokens), P), dtype=np.float32)
     prm_labels = np.concatenate([zeros, step_labels], axis=1)  # labels and masks over prompt + completion
@@ -326,10 +362,18 @@ def train(args: Args) -> dict:
     # ---- held-out candidates: max_n SFT samples per test prompt, gold-verified
     test_operands = np.repeat(test_pairs, args.max_n, axis=0)
     test_completions, key = rollout(tasks.encode_prompts(test_operands, args.digits), C, key)
-    test_tokens = jnp.asarray(np.concatenate([tasks.encode_prompts(test_operands, args.digits),
-                                              test_completions], axis=1))
-    test_steps = jnp.asarray(np.concatenate([np.zeros((len(test_operands), P), dtype=np.float32),
-                                             step_mask(test_completions).astype(np.float32)], axis=1))
+    test_tokens = jnp.asarray(
+        np.concatenate([tasks.encode_prompts(test_operands, args.digits), test_completions], axis=1)
+    )
+    test_steps = jnp.asarray(
+        np.concatenate(
+            [
+                np.zeros((len(test_operands), P), dtype=np.float32),
+                step_mask(test_completions).astype(np.float32),
+            ],
+            axis=1,
+        )
+    )
     test_last = jnp.asarray(last_index(P, test_completions))
     test_gold = tasks.verify(test_operands, test_completions, args.digits).reshape(-1, args.max_n)
     test_answers = np.array([tasks.decode(c) for c in test_completions]).reshape(-1, args.max_n)
@@ -357,7 +401,10 @@ def train(args: Args) -> dict:
         the ORM's logit at the last token."""
         prm_scores = aggregate_step_scores(score(prm_params, test_tokens), test_steps, args.aggregation)
         orm_scores = score(orm_params, test_tokens)[jnp.arange(len(test_tokens)), test_last]
-        return {"prm": np.asarray(prm_scores).reshape(-1, args.max_n), "orm": np.asarray(orm_scores).reshape(-1, args.max_n)}
+        return {
+            "prm": np.asarray(prm_scores).reshape(-1, args.max_n),
+            "orm": np.asarray(orm_scores).reshape(-1, args.max_n),
+        }
 
     def evaluate(grid):
         return best_of_n_table(candidate_scores(), test_gold, test_answers, grid)
@@ -373,10 +420,14 @@ def train(args: Args) -> dict:
         perm = rng.permutation(num_solutions)
         for start in range(0, num_solutions, args.batch_size):
             step += 1
-            idx = perm[start:start + args.batch_size]
+            idx = perm[start : start + args.batch_size]
             x = jnp.asarray(tokens[idx])
-            prm_params, prm_opt, prm_loss, prm_acc = update(prm_params, prm_opt, x, jnp.asarray(prm_labels[idx]), jnp.asarray(prm_mask[idx]))
-            orm_params, orm_opt, orm_loss, orm_acc = update(orm_params, orm_opt, x, jnp.asarray(orm_labels[idx]), jnp.asarray(orm_mask[idx]))
+            prm_params, prm_opt, prm_loss, prm_acc = update(
+                prm_params, prm_opt, x, jnp.asarray(prm_labels[idx]), jnp.asarray(prm_mask[idx])
+            )
+            orm_params, orm_opt, orm_loss, orm_acc = update(
+                orm_params, orm_opt, x, jnp.asarray(orm_labels[idx]), jnp.asarray(orm_mask[idx])
+            )
             solutions_seen += len(idx)
 
             sps = int(solutions_seen / (time.time() - start_time))
@@ -392,9 +443,14 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/test_accuracy", bon, step)
             if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{total_steps}  prm loss {float(prm_loss):.4f}  orm loss "
-                      f"{float(orm_loss):.4f}  PRM best-of-{args.best_of_n} {accuracy_curve[-1][1]:.3f}  "
-                      f"solutions/s {sps:5,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{total_steps}  prm loss {float(prm_loss):.4f}  orm loss "
+                    f"{float(orm_loss):.4f}  PRM best-of-{args.best_of_n} {accuracy_curve[-1][1]:.3f}  "
+                    f"solutions/s {sps:5,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 

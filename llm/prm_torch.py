@@ -35,6 +35,7 @@ Measured gains, seeds 1-3: torch +0.203/+0.221/+0.211, jax +0.170/+0.172/+0.117 
 PRM best-of-8 0.68-0.78); PRM minus ORM at n = 8: torch +0.042/+0.050/+0.043, jax -0.034/-0.003/-0.012.
 Reproduce: python llm/prm_torch.py --seed 1
 """
+
 import copy
 import math
 import os
@@ -104,8 +105,17 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(sft_steps=4, num_test=16, num_prompts=16, num_rollouts=2, best_of_n=2, max_n=4,
-                  epochs=1, batch_size=8, eval_every=2)
+SMOKE_ARGS = dict(
+    sft_steps=4,
+    num_test=16,
+    num_prompts=16,
+    num_rollouts=2,
+    best_of_n=2,
+    max_n=4,
+    epochs=1,
+    batch_size=8,
+    eval_every=2,
+)
 AGGREGATIONS = ("min", "product")
 
 
@@ -135,9 +145,11 @@ def mc_step_labels(pairs, completions, rollout, num_rollouts, digits, soft=False
         rows = np.flatnonzero(steps[:, j])
         if len(rows) == 0:
             continue
-        prefixes = np.concatenate([prompts[rows], completions[rows, :j + 1]], axis=1).repeat(N, axis=0)
+        prefixes = np.concatenate([prompts[rows], completions[rows, : j + 1]], axis=1).repeat(N, axis=0)
         rest = C - j - 1
-        tails = np.asarray(rollout(prefixes, rest)) if rest > 0 else np.zeros((len(prefixes), 0), dtype=np.int64)
+        tails = (
+            np.asarray(rollout(prefixes, rest)) if rest > 0 else np.zeros((len(prefixes), 0), dtype=np.int64)
+        )
         rolled = np.concatenate([prefixes[:, P:], tails], axis=1)
         correct = tasks.verify(np.repeat(pairs[rows], N, axis=0), rolled, digits).reshape(-1, N)
         labels[rows, j] = correct.mean(1) if soft else correct.max(1)
@@ -201,7 +213,9 @@ def default_sft_path(args):
 
 def n_grid(args):
     """The n of the best-of-n table: the powers of two that divide max_n, and best_of_n."""
-    return sorted({2 ** k for k in range(int(math.log2(args.max_n)) + 1) if args.max_n % 2 ** k == 0} | {args.best_of_n})
+    return sorted(
+        {2**k for k in range(int(math.log2(args.max_n)) + 1) if args.max_n % 2**k == 0} | {args.best_of_n}
+    )
 
 
 def check_args(args):
@@ -226,14 +240,27 @@ def check_args(args):
 
 def load_or_train_sft(args):
     if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
-        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
+        return hf_model.load(
+            args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+        ), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_torch.train(
+            sft_torch.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -241,8 +268,12 @@ def load_or_train_sft(args):
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
     device = next(model.parameters()).device  # batches go where the model is
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
-                         tasks.completion_len(digits), temperature)
+    completions = sample(
+        model,
+        torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
@@ -285,12 +316,15 @@ def train(args: Args) -> dict:
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(
+        device
+    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, shuffling) and torch (sampling).
     random.seed(args.seed)
@@ -310,12 +344,15 @@ def train(args: Args) -> dict:
         return sample(policy, torch.as_tensor(prefixes, device=device), max_new_tokens, 1.0).cpu().numpy()
 
     # ---- training solutions, their Monte Carlo step labels (PRM) and outcome labels (ORM)
-    operands = np.repeat(train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)], K, axis=0)
+    operands = np.repeat(
+        train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)], K, axis=0
+    )
     prompts = tasks.encode_prompts(operands, args.digits)
     completions = rollout(prompts, C)
     outcome = tasks.verify(operands, completions, args.digits)
-    step_labels, steps = mc_step_labels(operands, completions, rollout, args.num_rollouts, args.digits,
-                                        args.soft_labels)
+    step_labels, steps = mc_step_labels(
+        operands, completions, rollout, args.num_rollouts, args.digits, args.soft_labels
+    )
     tokens = np.concatenate([prompts, completions], axis=1)
     zeros = np.zeros((len(tokens), P), dtype=np.float32)
     prm_labels = np.concatenate([zeros, step_labels], axis=1)  # labels and masks over prompt + completion
@@ -327,16 +364,29 @@ def train(args: Args) -> dict:
     # ---- held-out candidates: max_n SFT samples per test prompt, gold-verified
     test_operands = np.repeat(test_pairs, args.max_n, axis=0)
     test_completions = rollout(tasks.encode_prompts(test_operands, args.digits), C)
-    test_tokens = torch.as_tensor(np.concatenate([tasks.encode_prompts(test_operands, args.digits),
-                                                  test_completions], axis=1), device=device)
-    test_steps = torch.as_tensor(np.concatenate([np.zeros((len(test_operands), P), dtype=np.float32),
-                                                 step_mask(test_completions).astype(np.float32)], axis=1), device=device)
+    test_tokens = torch.as_tensor(
+        np.concatenate([tasks.encode_prompts(test_operands, args.digits), test_completions], axis=1),
+        device=device,
+    )
+    test_steps = torch.as_tensor(
+        np.concatenate(
+            [
+                np.zeros((len(test_operands), P), dtype=np.float32),
+                step_mask(test_completions).astype(np.float32),
+            ],
+            axis=1,
+        ),
+        device=device,
+    )
     test_last = torch.as_tensor(last_index(P, test_completions), device=device)
     test_gold = tasks.verify(test_operands, test_completions, args.digits).reshape(-1, args.max_n)
     test_answers = np.array([tasks.decode(c) for c in test_completions]).reshape(-1, args.max_n)
 
     # PRM and ORM: two copies of the SFT transformer, same head, same data, same steps.
-    prm, orm = StepRewardModel(copy.deepcopy(policy).requires_grad_(True)), StepRewardModel(copy.deepcopy(policy).requires_grad_(True))
+    prm, orm = (
+        StepRewardModel(copy.deepcopy(policy).requires_grad_(True)),
+        StepRewardModel(copy.deepcopy(policy).requires_grad_(True)),
+    )
     prm, orm = prm.to(device), orm.to(device)  # the heads join the transformers on the device
     prm_opt = torch.optim.Adam(prm.parameters(), lr=args.learning_rate)
     orm_opt = torch.optim.Adam(orm.parameters(), lr=args.learning_rate)
@@ -347,7 +397,10 @@ def train(args: Args) -> dict:
         with torch.no_grad():
             prm_scores = aggregate_step_scores(prm(test_tokens), test_steps, args.aggregation)
             orm_scores = orm(test_tokens)[torch.arange(len(test_tokens), device=device), test_last]
-        return {"prm": prm_scores.cpu().numpy().reshape(-1, args.max_n), "orm": orm_scores.cpu().numpy().reshape(-1, args.max_n)}
+        return {
+            "prm": prm_scores.cpu().numpy().reshape(-1, args.max_n),
+            "orm": orm_scores.cpu().numpy().reshape(-1, args.max_n),
+        }
 
     def evaluate(grid):
         return best_of_n_table(candidate_scores(), test_gold, test_answers, grid)
@@ -363,10 +416,18 @@ def train(args: Args) -> dict:
         perm = rng.permutation(num_solutions)
         for start in range(0, num_solutions, args.batch_size):
             step += 1
-            idx = perm[start:start + args.batch_size]
+            idx = perm[start : start + args.batch_size]
             x = torch.as_tensor(tokens[idx], device=device)
-            prm_loss, prm_acc = masked_bce_loss(prm(x), torch.as_tensor(prm_labels[idx], device=device), torch.as_tensor(prm_mask[idx], device=device))
-            orm_loss, orm_acc = masked_bce_loss(orm(x), torch.as_tensor(orm_labels[idx], device=device), torch.as_tensor(orm_mask[idx], device=device))
+            prm_loss, prm_acc = masked_bce_loss(
+                prm(x),
+                torch.as_tensor(prm_labels[idx], device=device),
+                torch.as_tensor(prm_mask[idx], device=device),
+            )
+            orm_loss, orm_acc = masked_bce_loss(
+                orm(x),
+                torch.as_tensor(orm_labels[idx], device=device),
+                torch.as_tensor(orm_mask[idx], device=device),
+            )
             for model, optimizer, loss in ((prm, prm_opt, prm_loss), (orm, orm_opt, orm_loss)):
                 optimizer.zero_grad()
                 loss.backward()
@@ -387,9 +448,14 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/test_accuracy", bon, step)
             if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{total_steps}  prm loss {prm_loss.item():.4f}  orm loss "
-                      f"{orm_loss.item():.4f}  PRM best-of-{args.best_of_n} {accuracy_curve[-1][1]:.3f}  "
-                      f"solutions/s {sps:5,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{total_steps}  prm loss {prm_loss.item():.4f}  orm loss "
+                    f"{orm_loss.item():.4f}  PRM best-of-{args.best_of_n} {accuracy_curve[-1][1]:.3f}  "
+                    f"solutions/s {sps:5,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 

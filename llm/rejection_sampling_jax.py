@@ -29,6 +29,7 @@ every one of seeds 1-3 (pytest -m learning).
 Measured gains, seeds 1-3: torch +0.446/+0.440/+0.444, jax +0.444/+0.444/+0.438.
 Reproduce: python llm/rejection_sampling_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -95,8 +96,17 @@ class Args:
 
 # Smallest run that exercises every code path; tests/smoke uses it. 100 SFT steps: the least after which a
 # few of the 128 samples are correct, so that the fine-tuning runs too.
-SMOKE_ARGS = dict(sft_steps=100, num_test=16, iterations=2, prompts_per_iteration=32, samples_per_prompt=4,
-                  batch_size=16, max_per_prompt=2, dedup=True, restart_from_sft=False)
+SMOKE_ARGS = dict(
+    sft_steps=100,
+    num_test=16,
+    iterations=2,
+    prompts_per_iteration=32,
+    samples_per_prompt=4,
+    batch_size=16,
+    max_per_prompt=2,
+    dedup=True,
+    restart_from_sft=False,
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -107,7 +117,9 @@ def filter_samples(rewards, completions, max_per_prompt=0, dedup=False):
     an earlier kept one of the same prompt is dropped; then at most max_per_prompt of a prompt's
     remaining samples are kept, the first ones in sampling order (0: no cap). Returns (N, K) bool."""
     rewards, completions = np.asarray(rewards), np.asarray(completions)
-    body = completions * tasks.completion_mask(completions.reshape(-1, completions.shape[-1])).reshape(completions.shape)
+    body = completions * tasks.completion_mask(completions.reshape(-1, completions.shape[-1])).reshape(
+        completions.shape
+    )
     keep = np.zeros(rewards.shape, dtype=bool)
     for i in range(rewards.shape[0]):
         seen = set()
@@ -131,8 +143,10 @@ def training_batch(prompts, completions):
     predicted by the logits at position t, so the completion starts at label index P - 1."""
     prompts, completions = np.asarray(prompts), np.asarray(completions)
     full = np.concatenate([prompts, completions], axis=1)
-    mask = np.concatenate([np.zeros((len(full), prompts.shape[1] - 1), dtype=np.float32),
-                           tasks.completion_mask(completions)], axis=1)
+    mask = np.concatenate(
+        [np.zeros((len(full), prompts.shape[1] - 1), dtype=np.float32), tasks.completion_mask(completions)],
+        axis=1,
+    )
     return full[:, :-1], full[:, 1:], mask
 
 
@@ -151,22 +165,30 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/rejection_sampling_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/rejection_sampling_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.samples_per_prompt < 1:
-        raise ValueError(f"samples_per_prompt = {args.samples_per_prompt}: sample at least 1 completion per prompt")
+        raise ValueError(
+            f"samples_per_prompt = {args.samples_per_prompt}: sample at least 1 completion per prompt"
+        )
     if args.max_per_prompt < 0:
         raise ValueError(f"max_per_prompt = {args.max_per_prompt} must be 0 (no cap) or positive")
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (rejection sampling samples)")
     if args.iterations < 1 or args.epochs < 1 or args.batch_size < 1:
-        raise ValueError(f"iterations, epochs and batch_size must be positive (got {args.iterations}, "
-                         f"{args.epochs}, {args.batch_size})")
-    train_prompts = (10 ** args.digits) ** 2 - args.num_test
+        raise ValueError(
+            f"iterations, epochs and batch_size must be positive (got {args.iterations}, "
+            f"{args.epochs}, {args.batch_size})"
+        )
+    train_prompts = (10**args.digits) ** 2 - args.num_test
     if not 1 <= args.prompts_per_iteration <= train_prompts:
-        raise ValueError(f"prompts_per_iteration = {args.prompts_per_iteration}: between 1 and the "
-                         f"{train_prompts} training prompts (drawn without replacement)")
+        raise ValueError(
+            f"prompts_per_iteration = {args.prompts_per_iteration}: between 1 and the "
+            f"{train_prompts} training prompts (drawn without replacement)"
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if os.path.exists(path):
@@ -178,19 +200,36 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -202,8 +241,13 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
     prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
     completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
     full = jnp.concatenate([prompts, completions], axis=1)
-    mask = jnp.concatenate([jnp.zeros((len(full), prompts.shape[1] - 1)),
-                            jnp.asarray(tasks.completion_mask(np.asarray(completions)))], axis=1)
+    mask = jnp.concatenate(
+        [
+            jnp.zeros((len(full), prompts.shape[1] - 1)),
+            jnp.asarray(tasks.completion_mask(np.asarray(completions))),
+        ],
+        axis=1,
+    )
     logp = sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(model.apply(ref_params, full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean()), key
@@ -219,8 +263,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, batch order) and jax (sampling).
     random.seed(args.seed)
@@ -228,9 +273,13 @@ def train(args: Args) -> dict:
     key = jax.random.PRNGKey(args.seed)
     rng = np.random.default_rng(args.seed)
 
-    ref_params = params  # the SFT start: restart point and KL reference (arrays are immutable: no copy needed)
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(
-        lambda count: args.learning_rate * jnp.minimum(1.0, (count + 1) / args.warmup_steps)))
+    ref_params = (
+        params  # the SFT start: restart point and KL reference (arrays are immutable: no copy needed)
+    )
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.adam(lambda count: args.learning_rate * jnp.minimum(1.0, (count + 1) / args.warmup_steps)),
+    )
 
     def loss_fn(params, inputs, labels, mask):
         return rejection_sampling_loss(model.apply(params, inputs), labels, mask)
@@ -240,6 +289,7 @@ def train(args: Args) -> dict:
         loss, grads = jax.value_and_grad(loss_fn)(params, inputs, labels, mask)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
+
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     C, K = tasks.completion_len(args.digits), args.samples_per_prompt
 
@@ -261,8 +311,9 @@ def train(args: Args) -> dict:
         completions_sampled += len(completions)
 
         # ---- filter: keep the correct ones (cap and dedup per prompt)
-        keep = filter_samples(rewards.reshape(-1, K), completions.reshape(-1, K, C),
-                              args.max_per_prompt, args.dedup).reshape(-1)
+        keep = filter_samples(
+            rewards.reshape(-1, K), completions.reshape(-1, K, C), args.max_per_prompt, args.dedup
+        ).reshape(-1)
         keep_rate = float(keep.mean())
         prompts_solved = float((rewards.reshape(-1, K) == 1.0).any(axis=1).mean())
         keep_rate_curve.append((it, keep_rate))
@@ -275,10 +326,13 @@ def train(args: Args) -> dict:
         inputs, labels, mask = (jnp.asarray(x) for x in training_batch(prompts[keep], completions[keep]))
         M = int(keep.sum())
         num_steps = -(-args.epochs * M // args.batch_size)  # ceil: every kept sample seen epochs times
-        order = np.concatenate([rng.permutation(M) for _ in range(-(-num_steps * args.batch_size // max(M, 1)))]) \
-            if M else np.zeros(0, dtype=np.int64)
+        order = (
+            np.concatenate([rng.permutation(M) for _ in range(-(-num_steps * args.batch_size // max(M, 1)))])
+            if M
+            else np.zeros(0, dtype=np.int64)
+        )
         for step in range(num_steps):
-            idx = jnp.asarray(order[step * args.batch_size:(step + 1) * args.batch_size])
+            idx = jnp.asarray(order[step * args.batch_size : (step + 1) * args.batch_size])
             params, opt_state, loss = update(params, opt_state, inputs[idx], labels[idx], mask[idx])
         grad_steps += num_steps
 
@@ -290,15 +344,21 @@ def train(args: Args) -> dict:
         writer.add_scalar("charts/keep_rate", keep_rate, it)
         writer.add_scalar("charts/prompts_solved", prompts_solved, it)
         writer.add_scalar("charts/kept_samples", M, it)
-        writer.add_scalar("charts/completion_length", float(tasks.completion_mask(completions).sum(-1).mean()), it)
+        writer.add_scalar(
+            "charts/completion_length", float(tasks.completion_mask(completions).sum(-1).mean()), it
+        )
         writer.add_scalar("charts/gradient_steps", grad_steps, it)
         writer.add_scalar("losses/rejection_sampling_loss", float(loss), it)
         writer.add_scalar("charts/test_accuracy", test_acc, it)
         writer.add_scalar("charts/SPS", sps, it)
         if args.progress:
-            print(f"\riteration {it:>3d}/{args.iterations}  reward {float(rewards.mean()):.3f}  keep {keep_rate:.3f}  "
-                  f"solved {prompts_solved:.3f}  test acc {test_acc:.3f}  tokens/s {sps:6,d}",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\riteration {it:>3d}/{args.iterations}  reward {float(rewards.mean()):.3f}  keep {keep_rate:.3f}  "
+                f"solved {prompts_solved:.3f}  test acc {test_acc:.3f}  tokens/s {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -317,7 +377,11 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": args.iterations,
         "run_dir": run_dir,
-        "losses": {"rejection_sampling_loss": float(loss), "keep_rate": keep_rate, "prompts_solved": prompts_solved},
+        "losses": {
+            "rejection_sampling_loss": float(loss),
+            "keep_rate": keep_rate,
+            "prompts_solved": prompts_solved,
+        },
         "keep_rate_curve": keep_rate_curve,
         "prompts_solved_curve": prompts_solved_curve,
         "completions_sampled": completions_sampled,

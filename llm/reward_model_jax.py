@@ -18,6 +18,7 @@ with the defaults (pytest -m learning; runs in docs/algorithms/reward_model.md).
 The trained model is saved (save_reward_model, default_save_path) for llm/ppo_rlhf_jax.py.
 Reproduce: python llm/reward_model_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -94,6 +95,7 @@ class RewardModel(nn.Module):
     """The SFT transformer with a scalar head on the final hidden state of the completion's last
     token (<eos>, or the last position when there is none). The head starts at zero: every score 0.
     params = {"params": {"lm": <the SFT transformer's>, "head": ...}}."""
+
     config: dict
 
     @nn.compact
@@ -129,17 +131,24 @@ def default_sft_path(args):
 
 
 def default_save_path(args):
-    return os.path.join(args.log_dir, f"reward_model_jax_{args.digits}d_{args.num_prompts}prompts_{args.epochs}epochs_seed{args.seed}.npz")
+    return os.path.join(
+        args.log_dir,
+        f"reward_model_jax_{args.digits}d_{args.num_prompts}prompts_{args.epochs}epochs_seed{args.seed}.npz",
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/reward_model_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/reward_model_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.samples_per_prompt < 2:
-        raise ValueError(f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions")
+        raise ValueError(
+            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
+        )
     if not 0.0 <= args.label_noise < 0.5:
         raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -153,11 +162,22 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -171,7 +191,9 @@ def sampled_pairs(policy, params, operands, args, rng, key):
     samples = np.asarray(samples)
     gold = tasks.verify(np.repeat(operands, K, axis=0), samples, args.digits)
     graded = tasks.graded_score(np.repeat(operands, K, axis=0), samples, args.digits)
-    pairs = tasks.build_preference_pairs(prompts, samples.reshape(-1, K, C), graded.reshape(-1, K), args.label_noise, rng)
+    pairs = tasks.build_preference_pairs(
+        prompts, samples.reshape(-1, K, C), graded.reshape(-1, K), args.label_noise, rng
+    )
     return pairs, (np.concatenate([prompts.repeat(K, axis=0), samples], axis=1), samples, gold), key
 
 
@@ -190,8 +212,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, label noise, shuffling) and jax (sampling).
     random.seed(args.seed)
@@ -203,14 +226,18 @@ def train(args: Args) -> dict:
     P = tasks.prompt_len(args.digits)
     operands = train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)]
     data, _, key = sampled_pairs(policy, policy_params, operands, args, rng, key)
-    test_data, (test_tokens, test_completions, test_gold), key = sampled_pairs(policy, policy_params, test_pairs, args, rng, key)
+    test_data, (test_tokens, test_completions, test_gold), key = sampled_pairs(
+        policy, policy_params, test_pairs, args, rng, key
+    )
 
     def pair_batch(d, idx):
         """(chosen tokens, chosen last index, rejected tokens, rejected last index) for pairs idx."""
         out = []
         for k in ("chosen", "rejected"):
-            out += [jnp.asarray(np.concatenate([d["prompts"][idx], d[k][idx]], axis=1)),
-                    jnp.asarray(last_index(P, d[k][idx]))]
+            out += [
+                jnp.asarray(np.concatenate([d["prompts"][idx], d[k][idx]], axis=1)),
+                jnp.asarray(last_index(P, d[k][idx])),
+            ]
         return out
 
     model = RewardModel(policy.config)
@@ -229,6 +256,7 @@ def train(args: Args) -> dict:
         (loss, train_acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, c, ci, r, ri)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, train_acc
+
     test_idx = np.arange(len(test_data["chosen"]))
     test_batch = pair_batch(test_data, test_idx)
     # Held-out pairwise accuracy against the *gold* preference: flip back the noisy labels.
@@ -237,8 +265,12 @@ def train(args: Args) -> dict:
     def evaluate():
         c, ci, r, ri = test_batch
         margin = (score(params, c, ci) - score(params, r, ri)) * gold_sign
-        scores = np.asarray(score(params, jnp.asarray(test_tokens), jnp.asarray(last_index(P, test_completions))))
-        corr = float(np.corrcoef(scores, test_gold)[0, 1]) if scores.std() > 0 and test_gold.std() > 0 else 0.0
+        scores = np.asarray(
+            score(params, jnp.asarray(test_tokens), jnp.asarray(last_index(P, test_completions)))
+        )
+        corr = (
+            float(np.corrcoef(scores, test_gold)[0, 1]) if scores.std() > 0 and test_gold.std() > 0 else 0.0
+        )
         return float((margin > 0).mean()), corr
 
     num_pairs = len(data["chosen"])
@@ -250,7 +282,7 @@ def train(args: Args) -> dict:
         perm = rng.permutation(num_pairs)
         for start in range(0, num_pairs, args.batch_size):
             step += 1
-            c, ci, r, ri = pair_batch(data, perm[start:start + args.batch_size])
+            c, ci, r, ri = pair_batch(data, perm[start : start + args.batch_size])
             params, opt_state, loss, train_acc = update(params, opt_state, c, ci, r, ri)
             pairs_seen += len(c)
 
@@ -265,9 +297,13 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/gold_proxy_correlation", corr, step)
             if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{total_steps}  loss {float(loss):.4f}  held-out pair acc "
-                      f"{accuracy_curve[-1][1] if accuracy_curve else float('nan'):.3f}  pairs/s {sps:5,d}",
-                      end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{total_steps}  loss {float(loss):.4f}  held-out pair acc "
+                    f"{accuracy_curve[-1][1] if accuracy_curve else float('nan'):.3f}  pairs/s {sps:5,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 

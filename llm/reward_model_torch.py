@@ -18,6 +18,7 @@ with the defaults (pytest -m learning; runs in docs/algorithms/reward_model.md).
 The trained model is saved (save_reward_model, default_save_path) for llm/ppo_rlhf_torch.py.
 Reproduce: python llm/reward_model_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -114,9 +115,13 @@ def save_reward_model(model, path):
     to path/value_head.npz."""
     if isinstance(model.lm, hf_model.HFCausalLM):
         hf_model.save(model.lm, path)
-        np.savez(os.path.join(path, "value_head.npz"), **{
-            "head.w": model.head.weight.detach().cpu().numpy().T.astype(np.float32),
-            "head.b": model.head.bias.detach().cpu().numpy().astype(np.float32)})
+        np.savez(
+            os.path.join(path, "value_head.npz"),
+            **{
+                "head.w": model.head.weight.detach().cpu().numpy().T.astype(np.float32),
+                "head.b": model.head.bias.detach().cpu().numpy().astype(np.float32),
+            },
+        )
         return
     save_checkpoint(model.lm, path)
     arrays = dict(np.load(path))
@@ -133,8 +138,11 @@ def load_reward_model(path, min_context=None):
     data = np.load(os.path.join(path, "value_head.npz") if hf else path)
     if "head.w" not in data.files or "head.b" not in data.files:
         raise ValueError(f"{path} is not a reward-model checkpoint (no head.w / head.b)")
-    lm = hf_model.load(path, min_context=min_context) if hf else load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE,
-                                                                                 min_context=min_context)
+    lm = (
+        hf_model.load(path, min_context=min_context)
+        if hf
+        else load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=min_context)
+    )
     model = RewardModel(lm)
     with torch.no_grad():
         model.head.weight.copy_(torch.as_tensor(data["head.w"].T))
@@ -149,15 +157,23 @@ def default_sft_path(args):
 
 def default_save_path(args):
     if args.model:  # a folder named after the Hugging Face model
-        return os.path.join(args.log_dir, f"reward_model_torch_{os.path.basename(os.path.normpath(args.model))}_"
-                                          f"{args.digits}d_{args.num_prompts}prompts_{args.epochs}epochs_seed{args.seed}")
-    return os.path.join(args.log_dir, f"reward_model_torch_{args.digits}d_{args.num_prompts}prompts_{args.epochs}epochs_seed{args.seed}.npz")
+        return os.path.join(
+            args.log_dir,
+            f"reward_model_torch_{os.path.basename(os.path.normpath(args.model))}_"
+            f"{args.digits}d_{args.num_prompts}prompts_{args.epochs}epochs_seed{args.seed}",
+        )
+    return os.path.join(
+        args.log_dir,
+        f"reward_model_torch_{args.digits}d_{args.num_prompts}prompts_{args.epochs}epochs_seed{args.seed}.npz",
+    )
 
 
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.samples_per_prompt < 2:
-        raise ValueError(f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions")
+        raise ValueError(
+            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
+        )
     if not 0.0 <= args.label_noise < 0.5:
         raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
@@ -172,14 +188,27 @@ def check_args(args):
 
 def load_or_train_sft(args):
     if args.model:  # the Hugging Face model is the starting policy (llm/hf_model.py)
-        return hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)), args.model
+        return hf_model.load(
+            args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+        ), args.model
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_torch.train(sft_torch.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_torch.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_torch.train(
+            sft_torch.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
@@ -191,10 +220,16 @@ def sampled_pairs(policy, operands, args, rng):
     K, C = args.samples_per_prompt, tasks.completion_len(args.digits)
     prompts = tasks.encode_prompts(operands, args.digits)
     with torch.no_grad():
-        samples = sample(policy, torch.as_tensor(prompts, device=device).repeat_interleave(K, dim=0), C, 1.0).cpu().numpy()
+        samples = (
+            sample(policy, torch.as_tensor(prompts, device=device).repeat_interleave(K, dim=0), C, 1.0)
+            .cpu()
+            .numpy()
+        )
     gold = tasks.verify(np.repeat(operands, K, axis=0), samples, args.digits)
     graded = tasks.graded_score(np.repeat(operands, K, axis=0), samples, args.digits)
-    pairs = tasks.build_preference_pairs(prompts, samples.reshape(-1, K, C), graded.reshape(-1, K), args.label_noise, rng)
+    pairs = tasks.build_preference_pairs(
+        prompts, samples.reshape(-1, K, C), graded.reshape(-1, K), args.label_noise, rng
+    )
     return pairs, (np.concatenate([prompts.repeat(K, axis=0), samples], axis=1), samples, gold)
 
 
@@ -209,12 +244,15 @@ def train(args: Args) -> dict:
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(device)  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(
+        device
+    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws, label noise, shuffling) and torch (sampling).
     random.seed(args.seed)
@@ -232,8 +270,10 @@ def train(args: Args) -> dict:
         """(chosen tokens, chosen last index, rejected tokens, rejected last index) for pairs idx."""
         out = []
         for k in ("chosen", "rejected"):
-            out += [torch.as_tensor(np.concatenate([d["prompts"][idx], d[k][idx]], axis=1), device=device),
-                    torch.as_tensor(last_index(P, d[k][idx]), device=device)]
+            out += [
+                torch.as_tensor(np.concatenate([d["prompts"][idx], d[k][idx]], axis=1), device=device),
+                torch.as_tensor(last_index(P, d[k][idx]), device=device),
+            ]
         return out
 
     model = RewardModel(policy).to(device)  # the head joins the transformer on the device
@@ -247,8 +287,17 @@ def train(args: Args) -> dict:
         with torch.no_grad():
             c, ci, r, ri = test_batch
             margin = (model(c, ci) - model(r, ri)) * gold_sign
-            scores = model(torch.as_tensor(test_tokens, device=device), torch.as_tensor(last_index(P, test_completions), device=device)).cpu().numpy()
-        corr = float(np.corrcoef(scores, test_gold)[0, 1]) if scores.std() > 0 and test_gold.std() > 0 else 0.0
+            scores = (
+                model(
+                    torch.as_tensor(test_tokens, device=device),
+                    torch.as_tensor(last_index(P, test_completions), device=device),
+                )
+                .cpu()
+                .numpy()
+            )
+        corr = (
+            float(np.corrcoef(scores, test_gold)[0, 1]) if scores.std() > 0 and test_gold.std() > 0 else 0.0
+        )
         return float((margin > 0).float().mean()), corr
 
     num_pairs = len(data["chosen"])
@@ -260,7 +309,7 @@ def train(args: Args) -> dict:
         perm = rng.permutation(num_pairs)
         for start in range(0, num_pairs, args.batch_size):
             step += 1
-            c, ci, r, ri = pair_batch(data, perm[start:start + args.batch_size])
+            c, ci, r, ri = pair_batch(data, perm[start : start + args.batch_size])
             loss, train_acc = bradley_terry_loss(model(c, ci), model(r, ri))
             optimizer.zero_grad()
             loss.backward()
@@ -279,9 +328,13 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/gold_proxy_correlation", corr, step)
             if args.progress and (time.time() - last_print > 0.5 or step == total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>4d}/{total_steps}  loss {loss.item():.4f}  held-out pair acc "
-                      f"{accuracy_curve[-1][1] if accuracy_curve else float('nan'):.3f}  pairs/s {sps:5,d}",
-                      end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>4d}/{total_steps}  loss {loss.item():.4f}  held-out pair acc "
+                    f"{accuracy_curve[-1][1] if accuracy_curve else float('nan'):.3f}  pairs/s {sps:5,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 

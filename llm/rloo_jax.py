@@ -29,6 +29,7 @@ seeds 1-3 (pytest -m learning).
 Measured gains, seeds 1-3: torch +0.442/+0.440/+0.444, jax +0.442/+0.416/+0.416.
 Reproduce: python llm/rloo_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -92,8 +93,9 @@ class Args:
 
 
 # Smallest run that exercises every code path; tests/smoke uses it.
-SMOKE_ARGS = dict(sft_steps=4, num_test=16, total_steps=2, prompts_per_step=4, group_size=4, update_epochs=2,
-                  eval_every=1)
+SMOKE_ARGS = dict(
+    sft_steps=4, num_test=16, total_steps=2, prompts_per_step=4, group_size=4, update_epochs=2, eval_every=1
+)
 
 
 # ----------------------------------------------------------------------------- pure math
@@ -128,7 +130,9 @@ def rloo_loss(logp, old_logp, advantages, mask, clip_coef):
     seq_logp = (logp * mask).sum(-1)
     seq_old_logp = (old_logp * mask).sum(-1)
     ratio = jnp.exp(seq_logp - seq_old_logp)
-    surrogate = jnp.minimum(ratio * advantages, jnp.clip(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * advantages)
+    surrogate = jnp.minimum(
+        ratio * advantages, jnp.clip(ratio, 1.0 - clip_coef, 1.0 + clip_coef) * advantages
+    )
     loss = -surrogate.mean()
     binds = ((ratio > 1.0 + clip_coef) & (advantages > 0)) | ((ratio < 1.0 - clip_coef) & (advantages < 0))
     return loss, binds.astype(jnp.float32).mean()
@@ -142,12 +146,15 @@ def default_sft_path(args):
 def check_args(args):
     """Bad input stops here, before any run directory is written or any training step is taken."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/rloo_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/rloo_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     if args.group_size < 2:
-        raise ValueError(f"group_size = {args.group_size}: the leave-one-out baseline needs k >= 2 completions "
-                         "per prompt")
+        raise ValueError(
+            f"group_size = {args.group_size}: the leave-one-out baseline needs k >= 2 completions per prompt"
+        )
     if args.temperature <= 0:
         raise ValueError(f"temperature = {args.temperature} must be positive (RLOO samples)")
     if args.update_epochs < 1:
@@ -163,19 +170,36 @@ def check_args(args):
 def load_or_train_sft(args):
     path = args.sft_path or default_sft_path(args)
     if not os.path.exists(path):
-        print(f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
-              file=sys.stderr)
-        sft_jax.train(sft_jax.Args(seed=args.seed, cuda=args.cuda, digits=args.digits, num_test=args.num_test,
-                                       total_steps=args.sft_steps, save_path=path, log_dir=args.log_dir,
-                                       progress=args.progress))
+        print(
+            f"no SFT checkpoint at {path}: training one first (llm/sft_jax.py, {args.sft_steps} steps)",
+            file=sys.stderr,
+        )
+        sft_jax.train(
+            sft_jax.Args(
+                seed=args.seed,
+                cuda=args.cuda,
+                digits=args.digits,
+                num_test=args.num_test,
+                total_steps=args.sft_steps,
+                save_path=path,
+                log_dir=args.log_dir,
+                progress=args.progress,
+            )
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     return load_checkpoint(path, vocab_size=tasks.VOCAB_SIZE, min_context=need), path
 
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -187,8 +211,13 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
     prompts = jnp.asarray(tasks.encode_prompts(pairs, digits))
     completions, key = sample(model, params, prompts, key, tasks.completion_len(digits), 1.0)
     full = jnp.concatenate([prompts, completions], axis=1)
-    mask = jnp.concatenate([jnp.zeros((len(full), prompts.shape[1] - 1)),
-                            jnp.asarray(tasks.completion_mask(np.asarray(completions)))], axis=1)
+    mask = jnp.concatenate(
+        [
+            jnp.zeros((len(full), prompts.shape[1] - 1)),
+            jnp.asarray(tasks.completion_mask(np.asarray(completions))),
+        ],
+        axis=1,
+    )
     logp = sequence_logps(model.apply(params, full[:, :-1]), full[:, 1:], mask)
     ref_logp = sequence_logps(model.apply(ref_params, full[:, :-1]), full[:, 1:], mask)
     return float((logp - ref_logp).mean()), key
@@ -204,8 +233,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (prompt draws) and jax (sampling).
     random.seed(args.seed)
@@ -214,8 +244,14 @@ def train(args: Args) -> dict:
     rng = np.random.default_rng(args.seed)
 
     ref_params = params  # the frozen SFT policy of the KL term (arrays are immutable: no copy needed)
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(
-        lambda count: args.learning_rate * jnp.minimum(1.0, (count // args.update_epochs + 1) / args.warmup_steps)))
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(args.max_grad_norm),
+        optax.adam(
+            lambda count: (
+                args.learning_rate * jnp.minimum(1.0, (count // args.update_epochs + 1) / args.warmup_steps)
+            )
+        ),
+    )
     opt_state = optimizer.init(params)
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     P, C, K = tasks.prompt_len(args.digits), tasks.completion_len(args.digits), args.group_size
@@ -227,7 +263,9 @@ def train(args: Args) -> dict:
     def loss_fn(params, batch):
         logits = model.apply(params, batch["inputs"])
         logp = token_logps(logits, batch["labels"], args.temperature)
-        loss, clip_ratio = rloo_loss(logp, batch["old_logp"], batch["advantages"], batch["mask"], args.clip_coef)
+        loss, clip_ratio = rloo_loss(
+            logp, batch["old_logp"], batch["advantages"], batch["mask"], args.clip_coef
+        )
         logp_all = jax.nn.log_softmax(logits / args.temperature, axis=-1)
         entropy = (-(jnp.exp(logp_all) * logp_all).sum(-1) * batch["mask"]).sum() / batch["mask"].sum()
         return loss, {"rloo_loss": loss, "clip_ratio": clip_ratio, "entropy": entropy}
@@ -235,12 +273,16 @@ def train(args: Args) -> dict:
     @jax.jit
     def update(params, opt_state, batch):
         """update_epochs gradient steps on one batch, as one jitted call."""
+
         def epoch_step(carry, _):
             params, opt_state = carry
             grads, stats = jax.grad(loss_fn, has_aux=True)(params, batch)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
-        (params, opt_state), stats = jax.lax.scan(epoch_step, (params, opt_state), None, length=args.update_epochs)
+
+        (params, opt_state), stats = jax.lax.scan(
+            epoch_step, (params, opt_state), None, length=args.update_epochs
+        )
         return params, opt_state, jax.tree.map(lambda x: x[-1], stats)
 
     initial_acc, key = accuracy(model, params, test_pairs, args.digits, key)
@@ -295,9 +337,13 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/test_accuracy", test_acc, step)
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
-            print(f"\rstep {step:>4d}/{args.total_steps}  reward {float(rewards.mean()):.3f}  "
-                  f"test acc {accuracy_curve[-1][1]:.3f}  kl {float(kl):.4f}  tokens/s {sps:6,d}",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\rstep {step:>4d}/{args.total_steps}  reward {float(rewards.mean()):.3f}  "
+                f"test acc {accuracy_curve[-1][1]:.3f}  kl {float(kl):.4f}  tokens/s {sps:6,d}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.progress:
         print(file=sys.stderr)
 
@@ -316,8 +362,13 @@ def train(args: Args) -> dict:
         "wall_time": wall_time,
         "global_step": args.total_steps,
         "run_dir": run_dir,
-        "losses": {"rloo_loss": float(loss), "kl": float(kl), "entropy": float(entropy),
-                   "clip_ratio": float(clip_ratio), "frac_reward_zero_std": zero_std},
+        "losses": {
+            "rloo_loss": float(loss),
+            "kl": float(kl),
+            "entropy": float(entropy),
+            "clip_ratio": float(clip_ratio),
+            "frac_reward_zero_std": zero_std,
+        },
     }
 
 

@@ -18,6 +18,7 @@ after 1500 steps (pytest -m learning, seeds 1-3; the imitated demonstrator caps 
 0.55, the problems without an inner carry).
 Reproduce: python llm/sft_jax.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -90,13 +91,17 @@ def sft_loss(logits, labels, completion_mask):
 def check_args(args):
     """Bad input stops here, before any run directory is written."""
     if args.model:
-        raise ValueError(f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/sft_torch.py; "
-                         "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-                         "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load")
+        raise ValueError(
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/sft_torch.py; "
+            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
+            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+        )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     if need > args.block_size:
-        raise ValueError(f"prompts of {args.digits}-digit operands plus their answers need {need} positions; "
-                         f"block_size is {args.block_size}")
+        raise ValueError(
+            f"prompts of {args.digits}-digit operands plus their answers need {need} positions; "
+            f"block_size is {args.block_size}"
+        )
     if args.d_model % args.n_head:
         raise ValueError(f"d_model = {args.d_model} is not divisible by n_head = {args.n_head}")
     if not 0.0 <= args.drop_carry <= 1.0:
@@ -105,8 +110,14 @@ def check_args(args):
 
 def accuracy(model, params, pairs, digits, key, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
-    completions, key = sample(model, params, jnp.asarray(tasks.encode_prompts(pairs, digits)), key,
-                              tasks.completion_len(digits), temperature)
+    completions, key = sample(
+        model,
+        params,
+        jnp.asarray(tasks.encode_prompts(pairs, digits)),
+        key,
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, np.asarray(completions), digits).mean()), key
 
 
@@ -119,8 +130,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (the demonstrations) and jax (initialisation, sampling).
     random.seed(args.seed)
@@ -133,10 +145,16 @@ def train(args: Args) -> dict:
     key, init_key = jax.random.split(key)
     params = model.init(init_key, jnp.zeros((1, args.block_size), dtype=jnp.int32))
     warmup = min(50, args.total_steps)
-    lr_at = lambda step: args.learning_rate * jnp.minimum(step / warmup, (args.total_steps - step + 1) / (args.total_steps - warmup + 1))
-    optimizer = optax.chain(optax.clip_by_global_norm(1.0),
-                            optax.inject_hyperparams(optax.adamw)(learning_rate=lambda count: lr_at(count + 1),
-                                                                  weight_decay=args.weight_decay))
+    lr_at = lambda step: (
+        args.learning_rate
+        * jnp.minimum(step / warmup, (args.total_steps - step + 1) / (args.total_steps - warmup + 1))
+    )
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.inject_hyperparams(optax.adamw)(
+            learning_rate=lambda count: lr_at(count + 1), weight_decay=args.weight_decay
+        ),
+    )
     opt_state = optimizer.init(params)
 
     def loss_fn(params, tokens, mask):
@@ -167,8 +185,13 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/SPS", sps, step)
             if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>6d}/{args.total_steps}  loss {float(loss):.4f}  test acc {test_acc:.3f}  "
-                      f"tokens/s {sps:7,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>6d}/{args.total_steps}  loss {float(loss):.4f}  test acc {test_acc:.3f}  "
+                    f"tokens/s {sps:7,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 

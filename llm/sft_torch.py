@@ -18,6 +18,7 @@ after 1500 steps (pytest -m learning, seeds 1-3; the imitated demonstrator caps 
 0.55, the problems without an inner carry).
 Reproduce: python llm/sft_torch.py --seed 1
 """
+
 import os
 import random
 import sys
@@ -90,21 +91,29 @@ def check_args(args):
     """Bad input stops here, before any run directory is written."""
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     if need > args.block_size:
-        raise ValueError(f"prompts of {args.digits}-digit operands plus their answers need {need} positions; "
-                         f"block_size is {args.block_size}")
+        raise ValueError(
+            f"prompts of {args.digits}-digit operands plus their answers need {need} positions; "
+            f"block_size is {args.block_size}"
+        )
     if args.d_model % args.n_head:
         raise ValueError(f"d_model = {args.d_model} is not divisible by n_head = {args.n_head}")
     if not 0.0 <= args.drop_carry <= 1.0:
         raise ValueError(f"drop_carry = {args.drop_carry} is not a probability")
-    if args.model:  # the Hugging Face model replaces the tiny LM (d_model, n_layer, n_head, block_size unused)
+    if (
+        args.model
+    ):  # the Hugging Face model replaces the tiny LM (d_model, n_layer, n_head, block_size unused)
         hf_model.check_path(args.model, min_context=need)
 
 
 def accuracy(model, pairs, digits, temperature=0.0):
     """Mean gold reward of the model's completions of the given operand pairs (greedy by default)."""
     device = next(model.parameters()).device  # batches go where the model is
-    completions = sample(model, torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
-                         tasks.completion_len(digits), temperature)
+    completions = sample(
+        model,
+        torch.as_tensor(tasks.encode_prompts(pairs, digits), device=device),
+        tasks.completion_len(digits),
+        temperature,
+    )
     return float(tasks.verify(pairs, completions.cpu().numpy(), digits).mean())
 
 
@@ -114,8 +123,9 @@ def train(args: Args) -> dict:
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
-                    "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
+    )
 
     # Seeding: python, numpy (the demonstrations) and torch (initialisation, sampling).
     random.seed(args.seed)
@@ -127,13 +137,20 @@ def train(args: Args) -> dict:
 
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     if args.model:  # a pretrained Hugging Face model, fine-tuned (llm/hf_model.py)
-        model = hf_model.load(args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits))
+        model = hf_model.load(
+            args.model, min_context=tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
+        )
     else:
         model = TinyLM(tasks.VOCAB_SIZE, args.block_size, args.d_model, args.n_layer, args.n_head)
-    model = model.to(device)  # the model and every batch on the device; the demonstrations are made on the host
+    model = model.to(
+        device
+    )  # the model and every batch on the device; the demonstrations are made on the host
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
     warmup = min(50, args.total_steps)
-    lr_at = lambda step: args.learning_rate * min(step / warmup, (args.total_steps - step + 1) / (args.total_steps - warmup + 1))
+    lr_at = lambda step: (
+        args.learning_rate
+        * min(step / warmup, (args.total_steps - step + 1) / (args.total_steps - warmup + 1))
+    )
 
     accuracy_curve, tokens_seen, last_print = [], 0, 0.0
     start_time = time.time()
@@ -161,8 +178,13 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/SPS", sps, step)
             if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
                 last_print = time.time()
-                print(f"\rstep {step:>6d}/{args.total_steps}  loss {loss.item():.4f}  test acc {test_acc:.3f}  "
-                      f"tokens/s {sps:7,d}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rstep {step:>6d}/{args.total_steps}  loss {loss.item():.4f}  test acc {test_acc:.3f}  "
+                    f"tokens/s {sps:7,d}",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.progress:
         print(file=sys.stderr)
 

@@ -15,6 +15,7 @@ Substrate, not an algorithm (framework-neutral: python and numpy only). It holds
     the gold verifier's preference passed through Bradley-Terry label noise.
 Docs: docs/algorithms/llm.md
 """
+
 import numpy as np
 
 PAD, EOS = 0, 1
@@ -65,7 +66,7 @@ def demonstrator_answer(a, b, digits, drop_carry, rng):
     with probability drop_carry. The carry out of the last column (the leading 1) is never lost."""
     out, carry = [], 0
     for col in range(digits):
-        s = (a // 10 ** col) % 10 + (b // 10 ** col) % 10 + carry
+        s = (a // 10**col) % 10 + (b // 10**col) % 10 + carry
         out.append(s % 10)
         carry = s // 10
         if carry and col < digits - 1 and rng.random() < drop_carry:
@@ -77,9 +78,11 @@ def demonstrator_answer(a, b, digits, drop_carry, rng):
 def make_splits(digits, num_test, seed=0):
     """All digits-digit operand pairs, shuffled with a fixed seed, split into disjoint train and test
     lists of (a, b). The split does not depend on the run's seed: every run tests on the same prompts."""
-    n = 10 ** digits
+    n = 10**digits
     if num_test >= n * n:
-        raise ValueError(f"num_test = {num_test} leaves no training prompts ({n * n} problems with {digits} digits)")
+        raise ValueError(
+            f"num_test = {num_test} leaves no training prompts ({n * n} problems with {digits} digits)"
+        )
     pairs = np.array([(a, b) for a in range(n) for b in range(n)], dtype=np.int64)
     np.random.default_rng(seed).shuffle(pairs)
     return pairs[num_test:], pairs[:num_test]
@@ -92,7 +95,7 @@ def inner_carry(pairs, digits):
     a, b = np.asarray(pairs).T
     out = np.zeros(len(a), dtype=bool)
     for k in range(1, digits):
-        out |= a % 10 ** k + b % 10 ** k >= 10 ** k
+        out |= a % 10**k + b % 10**k >= 10**k
     return out
 
 
@@ -122,7 +125,7 @@ def verify(pairs, completions, digits):
         ids = [int(t) for t in ids]
         if EOS not in ids:
             continue
-        body = ids[:ids.index(EOS)]
+        body = ids[: ids.index(EOS)]
         if PAD in body:
             continue
         rewards[i] = float("".join(VOCAB[t] for t in body) == answer_text(int(a + b), digits))

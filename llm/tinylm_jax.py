@@ -9,6 +9,7 @@ llm/tinylm_torch.py loads the same weights; tests/parity/test_tinylm.py checks t
 logits within 1e-4.
 Docs: docs/algorithms/llm.md
 """
+
 import math
 from functools import partial
 
@@ -81,8 +82,13 @@ class TinyLM(nn.Module):
 
     @property
     def config(self):
-        return dict(vocab_size=self.vocab_size, block_size=self.block_size, d_model=self.d_model,
-                    n_layer=self.n_layer, n_head=self.n_head)
+        return dict(
+            vocab_size=self.vocab_size,
+            block_size=self.block_size,
+            d_model=self.d_model,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+        )
 
     def features(self, tokens):
         """(B, T) tokens -> (B, T, d_model) final hidden states (after the last LayerNorm)."""
@@ -109,7 +115,7 @@ def sample(model, params, prompts, key, max_new_tokens, temperature):
     done = jnp.zeros(B, dtype=bool)
     for t in range(max_new_tokens):
         key, sample_key = jax.random.split(key)
-        logits = model.apply(params, tokens[:, :P + t])[:, -1]
+        logits = model.apply(params, tokens[:, : P + t])[:, -1]
         if temperature == 0:
             tok = logits.argmax(-1)
         else:
@@ -127,7 +133,9 @@ _LEAF = {"embedding": "w", "kernel": "w", "scale": "g", "bias": "b"}
 def _neutral_name(path):
     """flax path -> neutral name: ("h_0", "qkv", "kernel") -> "h.0.qkv.w"."""
     *modules, leaf = path
-    return ".".join(m.replace("h_", "h.", 1) if m.startswith("h_") else m for m in modules) + "." + _LEAF[leaf]
+    return (
+        ".".join(m.replace("h_", "h.", 1) if m.startswith("h_") else m for m in modules) + "." + _LEAF[leaf]
+    )
 
 
 def save_checkpoint(model, params, path):
@@ -147,10 +155,14 @@ def load_checkpoint(path, vocab_size=None, min_context=None):
     if set(config) != {"vocab_size", "block_size", "d_model", "n_layer", "n_head"}:
         raise ValueError(f"{path} is not a tinylm checkpoint (config keys {sorted(config)})")
     if vocab_size is not None and config["vocab_size"] != vocab_size:
-        raise ValueError(f"{path} has a vocabulary of {config['vocab_size']} tokens; the task has {vocab_size}")
+        raise ValueError(
+            f"{path} has a vocabulary of {config['vocab_size']} tokens; the task has {vocab_size}"
+        )
     if min_context is not None and config["block_size"] < min_context:
-        raise ValueError(f"prompt + completion need {min_context} positions; {path} has a context of "
-                         f"{config['block_size']}")
+        raise ValueError(
+            f"prompt + completion need {min_context} positions; {path} has a context of "
+            f"{config['block_size']}"
+        )
     model = TinyLM(**config)
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 1), dtype=jnp.int32))
     flat = {}
@@ -159,6 +171,8 @@ def load_checkpoint(path, vocab_size=None, min_context=None):
         if name not in data.files:
             raise ValueError(f"{path} has no array {name}")
         if tuple(data[name].shape) != tuple(s.shape):
-            raise ValueError(f"{path}: {name} has shape {data[name].shape}, the model expects {tuple(s.shape)}")
+            raise ValueError(
+                f"{path}: {name} has shape {data[name].shape}, the model expects {tuple(s.shape)}"
+            )
         flat[path_] = jnp.asarray(data[name])
     return model, {"params": traverse_util.unflatten_dict(flat)}

@@ -9,6 +9,7 @@ llm/tinylm_jax.py loads the same weights; tests/parity/test_tinylm.py checks tha
 logits within 1e-4.
 Docs: docs/algorithms/llm.md
 """
+
 import math
 
 import numpy as np
@@ -67,8 +68,9 @@ class TinyLM(nn.Module):
         super().__init__()
         if d_model % n_head:
             raise ValueError(f"d_model = {d_model} is not divisible by n_head = {n_head}")
-        self.config = dict(vocab_size=vocab_size, block_size=block_size, d_model=d_model,
-                           n_layer=n_layer, n_head=n_head)
+        self.config = dict(
+            vocab_size=vocab_size, block_size=block_size, d_model=d_model, n_layer=n_layer, n_head=n_head
+        )
         self.wte = nn.Embedding(vocab_size, d_model)
         self.wpe = nn.Embedding(block_size, d_model)
         self.h = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
@@ -83,7 +85,9 @@ class TinyLM(nn.Module):
         """(B, T) tokens -> (B, T, d_model) final hidden states (after the last LayerNorm)."""
         T = tokens.shape[1]
         if T > self.config["block_size"]:
-            raise ValueError(f"sequence of {T} tokens is longer than the context ({self.config['block_size']})")
+            raise ValueError(
+                f"sequence of {T} tokens is longer than the context ({self.config['block_size']})"
+            )
         x = self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device))
         for block in self.h:
             x = block(x)
@@ -101,10 +105,12 @@ def sample(model, prompts, max_new_tokens, temperature):
     model's: sampling runs there). No KV cache: at 10 tokens a full forward per step costs about the
     same. Any module with the model's forward works (llm/hf_model.py for --model)."""
     B, P = prompts.shape
-    tokens = torch.cat([prompts, torch.full((B, max_new_tokens), tasks.PAD, dtype=torch.long, device=prompts.device)], dim=1)
+    tokens = torch.cat(
+        [prompts, torch.full((B, max_new_tokens), tasks.PAD, dtype=torch.long, device=prompts.device)], dim=1
+    )
     done = torch.zeros(B, dtype=torch.bool, device=prompts.device)
     for t in range(max_new_tokens):
-        logits = model(tokens[:, :P + t])[:, -1]
+        logits = model(tokens[:, : P + t])[:, -1]
         if temperature == 0:
             tok = logits.argmax(-1)
         else:
@@ -128,7 +134,9 @@ def save_checkpoint(model, path):
     for module_name, module in model.named_modules():
         for param_name, p in module.named_parameters(recurse=False):
             w = p.detach().cpu().numpy().astype(np.float32)
-            arrays[_neutral_name(module_name, param_name, module)] = w.T if isinstance(module, nn.Linear) and w.ndim == 2 else w
+            arrays[_neutral_name(module_name, param_name, module)] = (
+                w.T if isinstance(module, nn.Linear) and w.ndim == 2 else w
+            )
     np.savez(path, **arrays)
 
 
@@ -141,10 +149,14 @@ def load_checkpoint(path, vocab_size=None, min_context=None):
     if set(config) != {"vocab_size", "block_size", "d_model", "n_layer", "n_head"}:
         raise ValueError(f"{path} is not a tinylm checkpoint (config keys {sorted(config)})")
     if vocab_size is not None and config["vocab_size"] != vocab_size:
-        raise ValueError(f"{path} has a vocabulary of {config['vocab_size']} tokens; the task has {vocab_size}")
+        raise ValueError(
+            f"{path} has a vocabulary of {config['vocab_size']} tokens; the task has {vocab_size}"
+        )
     if min_context is not None and config["block_size"] < min_context:
-        raise ValueError(f"prompt + completion need {min_context} positions; {path} has a context of "
-                         f"{config['block_size']}")
+        raise ValueError(
+            f"prompt + completion need {min_context} positions; {path} has a context of "
+            f"{config['block_size']}"
+        )
     model = TinyLM(**config)
     with torch.no_grad():
         for module_name, module in model.named_modules():
@@ -154,6 +166,8 @@ def load_checkpoint(path, vocab_size=None, min_context=None):
                     raise ValueError(f"{path} has no array {name}")
                 w = data[name].T if isinstance(module, nn.Linear) and p.dim() == 2 else data[name]
                 if tuple(w.shape) != tuple(p.shape):
-                    raise ValueError(f"{path}: {name} has shape {w.shape}, the model expects {tuple(p.shape)}")
+                    raise ValueError(
+                        f"{path}: {name} has shape {w.shape}, the model expects {tuple(p.shape)}"
+                    )
                 p.copy_(torch.as_tensor(w))
     return model

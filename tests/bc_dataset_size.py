@@ -10,6 +10,7 @@ seeds, and writes
     python tests/bc_dataset_size.py                               # torch twin, k = 1, 2, 5, 10, all; seeds 1-5
     python tests/bc_dataset_size.py --twin jax --episodes 0 --out bc_default_jax   # the default run only
 """
+
 import argparse
 import csv
 import sys
@@ -25,7 +26,9 @@ OUT = ROOT / "docs" / "assets" / "curves"
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--twin", default="torch", choices=("torch", "jax"))
     parser.add_argument("--seeds", default="1-5")
     parser.add_argument("--episodes", default="1,2,5,10,0", help="values of --dataset-episodes (0 = all)")
@@ -39,9 +42,17 @@ def main():
     for k in [int(x) for x in opts.episodes.split(",")]:
         for seed in parse_seeds(opts.seeds):
             s = run_train(script, opts.log_dir, seed=seed, dataset=opts.dataset, dataset_episodes=k)
-            rows.append({"twin": opts.twin, "episodes": k or "all", "transitions": s["dataset_size"], "seed": seed,
-                         "final_mean_return": round(s["final_mean_return"], 2),
-                         "normalized_score": round(s["normalized_score"], 1), "wall_time": round(s["wall_time"], 1)})
+            rows.append(
+                {
+                    "twin": opts.twin,
+                    "episodes": k or "all",
+                    "transitions": s["dataset_size"],
+                    "seed": seed,
+                    "final_mean_return": round(s["final_mean_return"], 2),
+                    "normalized_score": round(s["normalized_score"], 1),
+                    "wall_time": round(s["wall_time"], 1),
+                }
+            )
             print(rows[-1], flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     with open(OUT / f"{opts.out}.csv", "w", newline="") as f:
@@ -51,19 +62,28 @@ def main():
     ks = list(dict.fromkeys(r["episodes"] for r in rows))
     if len(ks) > 1:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+
         info = offline_data.dataset_info(opts.dataset)
         fig, ax = plt.subplots(figsize=(6, 4))
         for i, k in enumerate(ks):
             values = [r["final_mean_return"] for r in rows if r["episodes"] == k]
             ax.scatter([i] * len(values), values, color="tab:blue", alpha=0.5, s=15)
             ax.scatter([i], [np.mean(values)], color="tab:blue", marker="_", s=400)
-        ax.plot(range(len(ks)), [np.mean([r["final_mean_return"] for r in rows if r["episodes"] == k]) for k in ks],
-                color="tab:blue", label=f"BC ({opts.twin}), mean over seeds")
+        ax.plot(
+            range(len(ks)),
+            [np.mean([r["final_mean_return"] for r in rows if r["episodes"] == k]) for k in ks],
+            color="tab:blue",
+            label=f"BC ({opts.twin}), mean over seeds",
+        )
         ax.axhline(info["ref_max_return"], color="tab:green", ls="--", label="scripted expert")
         ax.axhline(info["ref_min_return"], color="tab:red", ls=":", label="random policy")
-        ax.set_xticks(range(len(ks)), [f"{k}\n({next(r['transitions'] for r in rows if r['episodes'] == k)})" for k in ks])
+        ax.set_xticks(
+            range(len(ks)),
+            [f"{k}\n({next(r['transitions'] for r in rows if r['episodes'] == k)})" for k in ks],
+        )
         ax.set_xlabel("expert trajectories (transitions)")
         ax.set_ylabel("final mean return (10 episodes)")
         ax.set_title(f"BC on {opts.dataset}: return against dataset size")

@@ -1,5 +1,6 @@
 """Shared pytest set-up: tests/ on sys.path (for helpers.py and registry.py), CPU-only JAX, one torch
 thread per worker, and one JAX compilation cache for the whole session."""
+
 import atexit
 import os
 import shutil

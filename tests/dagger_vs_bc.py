@@ -15,6 +15,7 @@ over several seeds and writes
     python tests/dagger_vs_bc.py --twin jax --seeds 1-3
     python tests/dagger_vs_bc.py --iterations 5      # 1,000 labels: dagger_vs_bc_torch_5it.*
 """
+
 import argparse
 import csv
 import sys
@@ -30,7 +31,9 @@ OUT = ROOT / "docs" / "assets" / "curves"
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--twin", default="torch", choices=("torch", "jax"))
     parser.add_argument("--seeds", default="1-5")
     parser.add_argument("--iterations", type=int, default=0, help="Args.iterations (0: the script's default)")
@@ -42,11 +45,25 @@ def main():
     for seed in parse_seeds(opts.seeds):
         s = run_train(script, opts.log_dir, seed=seed, iterations=iterations)
         for (labels, dagger), (_, bc) in zip(s["dagger_curve"], s["bc_curve"]):
-            curve_rows.append({"seed": seed, "labels": labels, "dagger_return": round(dagger, 2),
-                               "bc_return": round(bc, 2), "expert_return": round(s["expert_return"], 2)})
-        run_rows.append({"twin": opts.twin, "seed": seed, "dagger_return": round(s["dagger_return"], 2),
-                         "bc_return": round(s["bc_return"], 2), "expert_return": round(s["expert_return"], 2),
-                         "wall_time": round(s["wall_time"], 1)})
+            curve_rows.append(
+                {
+                    "seed": seed,
+                    "labels": labels,
+                    "dagger_return": round(dagger, 2),
+                    "bc_return": round(bc, 2),
+                    "expert_return": round(s["expert_return"], 2),
+                }
+            )
+        run_rows.append(
+            {
+                "twin": opts.twin,
+                "seed": seed,
+                "dagger_return": round(s["dagger_return"], 2),
+                "bc_return": round(s["bc_return"], 2),
+                "expert_return": round(s["expert_return"], 2),
+                "wall_time": round(s["wall_time"], 1),
+            }
+        )
         print(run_rows[-1], flush=True)
     stem = OUT / f"dagger_vs_bc_{opts.twin}_{iterations}it"
     OUT.mkdir(parents=True, exist_ok=True)
@@ -56,16 +73,31 @@ def main():
             writer.writeheader()
             writer.writerows(rows)
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 4))
     labels = sorted({r["labels"] for r in curve_rows})
-    for key, color, name in (("dagger_return", "tab:blue", "DAgger"), ("bc_return", "tab:orange", "BC (expert rollouts)")):
+    for key, color, name in (
+        ("dagger_return", "tab:blue", "DAgger"),
+        ("bc_return", "tab:orange", "BC (expert rollouts)"),
+    ):
         for seed in {r["seed"] for r in curve_rows}:
-            ax.plot(labels, [r[key] for r in curve_rows if r["seed"] == seed], color=color, alpha=0.25, lw=0.8)
-        ax.plot(labels, [np.mean([r[key] for r in curve_rows if r["labels"] == n]) for n in labels], color=color,
-                lw=2, marker="o", label=f"{name}, mean of {len(run_rows)} seeds")
-    ax.axhline(np.mean([r["expert_return"] for r in run_rows]), color="tab:green", ls="--", label="scripted expert")
+            ax.plot(
+                labels, [r[key] for r in curve_rows if r["seed"] == seed], color=color, alpha=0.25, lw=0.8
+            )
+        ax.plot(
+            labels,
+            [np.mean([r[key] for r in curve_rows if r["labels"] == n]) for n in labels],
+            color=color,
+            lw=2,
+            marker="o",
+            label=f"{name}, mean of {len(run_rows)} seeds",
+        )
+    ax.axhline(
+        np.mean([r["expert_return"] for r in run_rows]), color="tab:green", ls="--", label="scripted expert"
+    )
     ax.set_xlabel("expert labels")
     ax.set_ylabel("mean return (10 evaluation episodes)")
     ax.set_title(f"Pendulum-v1: DAgger against BC at equal labels ({opts.twin})")

@@ -15,6 +15,7 @@ The aggregates are a few lines of numpy (no dependency); tests/unit/test_evaluat
 hand, against the exact bootstrap distribution (every resample enumerated) and against rliable's own
 functions where rliable is installed.
 """
+
 import argparse
 import ast
 import csv
@@ -44,7 +45,7 @@ def iqm(scores):
     x = _runs_tasks(scores)
     flat = np.sort(x.reshape(*x.shape[:-2], -1), axis=-1)
     cut = int(0.25 * flat.shape[-1])
-    return flat[..., cut:flat.shape[-1] - cut].mean(-1)
+    return flat[..., cut : flat.shape[-1] - cut].mean(-1)
 
 
 def aggregate_mean(scores):
@@ -78,8 +79,10 @@ def stratified_bootstrap_ci(scores, statistic, reps=50_000, confidence=0.95, see
 
 def summarize(scores, reps=50_000, seed=0):
     """{"mean": (point, low, high), "median": ..., "iqm": ...} of one task's per-seed scores."""
-    return {name: (float(fn(scores)), *stratified_bootstrap_ci(scores, fn, reps=reps, seed=seed))
-            for name, fn in AGGREGATES.items()}
+    return {
+        name: (float(fn(scores)), *stratified_bootstrap_ci(scores, fn, reps=reps, seed=seed))
+        for name, fn in AGGREGATES.items()
+    }
 
 
 def format_ci(point, low, high, digits=1):
@@ -118,9 +121,14 @@ CURVES = Path(__file__).resolve().parents[1] / "docs" / "assets" / "curves"
 # (metric, curve) pairs on one scale: the spec's threshold can be drawn on the curve's axis. For the
 # others (a normalised score against raw returns, a count of episodes against returns, ...) a line at
 # the threshold would sit at a meaningless height; the plot's title states the bar instead.
-SAME_SCALE = {("final_mean_return", "episodic_returns"), ("greedy_mean_return", "episodic_returns"),
-              ("dagger_return", "episodic_returns"), ("accuracy_gain", "accuracy_gain_curve"),
-              ("test_accuracy", "accuracy_curve"), ("test_pair_accuracy", "accuracy_curve")}
+SAME_SCALE = {
+    ("final_mean_return", "episodic_returns"),
+    ("greedy_mean_return", "episodic_returns"),
+    ("dagger_return", "episodic_returns"),
+    ("accuracy_gain", "accuracy_gain_curve"),
+    ("test_accuracy", "accuracy_curve"),
+    ("test_pair_accuracy", "accuracy_curve"),
+}
 
 
 def write_curves(spec, results, out_dir=None):
@@ -128,6 +136,7 @@ def write_curves(spec, results, out_dir=None):
     over spec.smooth points) with its 95% bootstrap band and the min-max spread. The threshold is a
     dashed line when the metric is on the curve's scale (SAME_SCALE), and in the title otherwise."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -149,16 +158,21 @@ def write_curves(spec, results, out_dir=None):
     ax.plot(grid, mean, label=f"mean of {len(results)} seeds")
     ax.fill_between(grid, low, high, alpha=0.3, label="95% bootstrap CI of the mean")
     ax.fill_between(grid, rows.min(0), rows.max(0), alpha=0.1, color="gray", label="min-max over seeds")
-    bars = ([(f"{spec.metric} >= {spec.threshold:g}", spec.metric, spec.threshold)] if spec.threshold is not None else []) \
-        + [(f"{k} <= {v:g}", k, v) for k, v in spec.at_most.items()]
+    bars = (
+        [(f"{spec.metric} >= {spec.threshold:g}", spec.metric, spec.threshold)]
+        if spec.threshold is not None
+        else []
+    ) + [(f"{k} <= {v:g}", k, v) for k, v in spec.at_most.items()]
     off_axis = []
     for text, key, value in bars:
         if (key, spec.curve) in SAME_SCALE:
             ax.axhline(value, color="gray", ls="--", lw=1, label=text.replace(key, "bar:"))
         else:  # the bar is on another quantity than the plotted curve
             off_axis.append(text)
-    ax.set_title(spec.name + (f"\n(bar: {', '.join(off_axis)}; not on this axis)" if off_axis else ""),
-                 fontsize=10 if off_axis else None)
+    ax.set_title(
+        spec.name + (f"\n(bar: {', '.join(off_axis)}; not on this axis)" if off_axis else ""),
+        fontsize=10 if off_axis else None,
+    )
     ax.set_xlabel(spec.x_label)
     ax.set_ylabel(spec.curve if spec.smooth == 1 else f"{spec.curve} ({spec.smooth}-point running mean)")
     ax.legend(loc="lower right", fontsize=8)
@@ -172,12 +186,21 @@ def write_run_tables(spec, results, out_dir=None):
     <name>.summary.csv (mean, median, IQM with 95% bootstrap CIs over the seeds), for the docs tables."""
     out_dir = Path(out_dir or CURVES)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / f"{spec.name}.runs.csv", "w", newline="") as f:  # one row per seed, for the docs tables
+    with open(
+        out_dir / f"{spec.name}.runs.csv", "w", newline=""
+    ) as f:  # one row per seed, for the docs tables
         w = csv.writer(f)
         w.writerow(["seed", spec.metric, "wall_time_s", "sps", *spec.at_most])
         for seed, r in results.items():
-            w.writerow([seed, f"{r[spec.metric]:.4f}", f"{r['wall_time']:.1f}", f"{r['sps']:.1f}",
-                        *("" if r[k] is None else f"{r[k]:.4f}" for k in spec.at_most)])
+            w.writerow(
+                [
+                    seed,
+                    f"{r[spec.metric]:.4f}",
+                    f"{r['wall_time']:.1f}",
+                    f"{r['sps']:.1f}",
+                    *("" if r[k] is None else f"{r[k]:.4f}" for k in spec.at_most),
+                ]
+            )
     with open(out_dir / f"{spec.name}.summary.csv", "w", newline="") as f:  # aggregates over the seeds
         w = csv.writer(f)
         w.writerow(["aggregate", "value", "ci_low", "ci_high", "seeds"])
@@ -192,6 +215,7 @@ def _run_one(job):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from helpers import run_train
+
     summary = run_train(script, Path(log_dir) / str(seed), seed=seed, **overrides)
     return seed, summary
 
@@ -203,6 +227,7 @@ def run_seeds(script, overrides, seeds, log_dir, workers=1):
     if workers <= 1:
         return dict(map(_run_one, jobs))
     import multiprocessing
+
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return dict(pool.map(_run_one, jobs))
 
@@ -221,9 +246,22 @@ def run_sweep_process(script, seeds, json_path, log_dir, overrides=(), metric=No
     per-seed JSON to json_path: the step the table drivers (tests/offline_table.py, tests/llm_table.py)
     take for each sweep they lack. overrides: "FIELD=VALUE" strings."""
     import subprocess
-    cmd = [sys.executable, str(Path(__file__).resolve()), script, "--seeds", seeds, "--workers", "1",
-           *[a for kv in overrides for a in ("--set", kv)], *(["--metric", metric] if metric else []),
-           "--log-dir", str(log_dir), "--json", str(json_path)]
+
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        script,
+        "--seeds",
+        seeds,
+        "--workers",
+        "1",
+        *[a for kv in overrides for a in ("--set", kv)],
+        *(["--metric", metric] if metric else []),
+        "--log-dir",
+        str(log_dir),
+        "--json",
+        str(json_path),
+    ]
     print(" ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], check=True)
 
@@ -236,9 +274,12 @@ def read_sweep(json_path):
         return None
     data = json.loads(path.read_text())
     seeds = sorted(data["scores"], key=int)
-    return {"seeds": seeds, "scores": np.array([data["scores"][s] for s in seeds]),
-            "wall": np.array([data["wall_time"][s] for s in seeds]),
-            "scalars": [data["scalars"][s] for s in seeds]}
+    return {
+        "seeds": seeds,
+        "scores": np.array([data["scores"][s] for s in seeds]),
+        "wall": np.array([data["wall_time"][s] for s in seeds]),
+        "scalars": [data["scalars"][s] for s in seeds],
+    }
 
 
 def parse_overrides(items):
@@ -256,12 +297,18 @@ def parse_overrides(items):
 
 def main():
     from registry import REGISTRY
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("script", help="repo-relative script, e.g. algos/ppo_torch.py")
     parser.add_argument("--seeds", default="1-5")
     parser.add_argument("--workers", type=int, default=1, help="runs at a time (one process each)")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override one Args field (repeatable); the registered spec's args come first")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override one Args field (repeatable); the registered spec's args come first",
+    )
     parser.add_argument("--metric", default=None, help="summary key (default: the registered spec's)")
     parser.add_argument("--log-dir", default="runs/evaluation")
     parser.add_argument("--json", default=None, help="write per-seed metrics and the summary here")
@@ -278,17 +325,32 @@ def main():
         print(f"  seed {s}: {metric} {results[s][metric]:.2f}  ({results[s]['wall_time']:.1f} s)")
     agg = summarize(scores)
     print("  " + "  ".join(f"{k} {format_ci(*v)}" for k, v in agg.items()))
-    print(f"  min {scores.min():.1f}  max {scores.max():.1f}  median wall {np.median([results[s]['wall_time'] for s in seeds]):.1f} s")
+    print(
+        f"  min {scores.min():.1f}  max {scores.max():.1f}  median wall {np.median([results[s]['wall_time'] for s in seeds]):.1f} s"
+    )
     if opts.json:
         with open(opts.json, "w") as f:
-            json.dump({"script": opts.script, "overrides": overrides, "metric": metric,
-                       "scores": {s: results[s][metric] for s in seeds},
-                       "wall_time": {s: results[s]["wall_time"] for s in seeds},
-                       # every scalar of each seed's summary (e.g. kl_to_ref), for tables across scripts
-                       "scalars": {s: {k: v for k, v in results[s].items()
-                                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                                   for s in seeds},
-                       "summary": agg}, f, indent=1)
+            json.dump(
+                {
+                    "script": opts.script,
+                    "overrides": overrides,
+                    "metric": metric,
+                    "scores": {s: results[s][metric] for s in seeds},
+                    "wall_time": {s: results[s]["wall_time"] for s in seeds},
+                    # every scalar of each seed's summary (e.g. kl_to_ref), for tables across scripts
+                    "scalars": {
+                        s: {
+                            k: v
+                            for k, v in results[s].items()
+                            if isinstance(v, (int, float)) and not isinstance(v, bool)
+                        }
+                        for s in seeds
+                    },
+                    "summary": agg,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ episodes-to-solve over seeds against N with the min-max band; unsolved runs coun
 are drawn there as open markers; dotted: 2^N, the expected episodes per success of a uniformly random
 policy). One training process at a time.
 """
+
 import argparse
 import csv
 import math
@@ -50,8 +51,20 @@ from helpers import ROOT, load_script, run_train  # noqa: E402
 
 OUT = ROOT / "docs" / "assets" / "curves" / "exploration_scaling"
 WINDOW = 20  # episodes in the running mean that must reach 0.9 of the optimum
-FIELDS = ["label", "script", "size", "seed", "episodes_to_solve", "solved", "num_episodes",
-          "budget_episodes", "total_timesteps", "final_mean_return", "wall_time", "overrides"]
+FIELDS = [
+    "label",
+    "script",
+    "size",
+    "seed",
+    "episodes_to_solve",
+    "solved",
+    "num_episodes",
+    "budget_episodes",
+    "total_timesteps",
+    "final_mean_return",
+    "wall_time",
+    "overrides",
+]
 ALIASES = {
     "ppo": ("PPO (entropy only)", "algos/count_bonus_torch.py", {"bonus_scale": 0.0}),
     "dqn": ("DQN (epsilon-greedy)", "algos/dqn_torch.py", {}),
@@ -110,7 +123,9 @@ def read_rows(path):
 
 
 def run_all(opts, methods, csv_path):
-    done = {(r["label"], int(r["size"]), int(r["seed"])) for r in read_rows(csv_path)} if opts.resume else set()
+    done = (
+        {(r["label"], int(r["size"]), int(r["seed"])) for r in read_rows(csv_path)} if opts.resume else set()
+    )
     if not opts.resume or not csv_path.exists():
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         with open(csv_path, "w", newline="") as f:
@@ -124,25 +139,37 @@ def run_all(opts, methods, csv_path):
                 start = time.time()
                 summary = run_train(script, Path(opts.log_dir) / f"N{size}", seed=seed, **kwargs)
                 ets, solved, n_eps = score(summary, size)
-                row = {"label": label, "script": script, "size": size, "seed": seed, "episodes_to_solve": ets,
-                       "solved": int(solved), "num_episodes": n_eps, "budget_episodes": opts.episodes,
-                       "total_timesteps": kwargs["total_timesteps"],
-                       "final_mean_return": round(summary["final_mean_return"], 4),
-                       "wall_time": round(time.time() - start, 1),
-                       "overrides": ";".join(f"{k}={v}" for k, v in overrides.items())}
+                row = {
+                    "label": label,
+                    "script": script,
+                    "size": size,
+                    "seed": seed,
+                    "episodes_to_solve": ets,
+                    "solved": int(solved),
+                    "num_episodes": n_eps,
+                    "budget_episodes": opts.episodes,
+                    "total_timesteps": kwargs["total_timesteps"],
+                    "final_mean_return": round(summary["final_mean_return"], 4),
+                    "wall_time": round(time.time() - start, 1),
+                    "overrides": ";".join(f"{k}={v}" for k, v in overrides.items()),
+                }
                 with open(csv_path, "a", newline="") as f:
                     csv.DictWriter(f, FIELDS).writerow(row)
-                print(f"N={size:>3} {label:<24} seed {seed}: "
-                      f"{'solved after ' + str(ets) + ' episodes' if solved else 'unsolved in ' + str(n_eps)}"
-                      f"  (final 20-episode mean {summary['final_mean_return']:.3f}, {row['wall_time']} s)",
-                      flush=True)
+                print(
+                    f"N={size:>3} {label:<24} seed {seed}: "
+                    f"{'solved after ' + str(ets) + ' episodes' if solved else 'unsolved in ' + str(n_eps)}"
+                    f"  (final 20-episode mean {summary['final_mean_return']:.3f}, {row['wall_time']} s)",
+                    flush=True,
+                )
 
 
 def plot(csv_path, png_path):
     """Median episodes-to-solve over seeds against N (log y), min-max band, unsolved at the budget."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     rows = read_rows(csv_path)
     if not rows:
         print(f"nothing to plot in {csv_path}")
@@ -157,8 +184,13 @@ def plot(csv_path, png_path):
         med, lo, hi = [], [], []
         for n in sizes:
             # an unsolved run counts at its budget: the median then says "at least this many"
-            vals = [min(float(r["episodes_to_solve"]), float(r["budget_episodes"])) if int(r["solved"])
-                    else float(r["budget_episodes"]) for r in mine if int(r["size"]) == n]
+            vals = [
+                min(float(r["episodes_to_solve"]), float(r["budget_episodes"]))
+                if int(r["solved"])
+                else float(r["budget_episodes"])
+                for r in mine
+                if int(r["size"]) == n
+            ]
             med.append(np.median(vals)), lo.append(min(vals)), hi.append(max(vals))
         ax.plot(sizes, med, "-o", color=color, label=label, ms=4)
         ax.fill_between(sizes, lo, hi, color=color, alpha=0.2, lw=0)
@@ -169,15 +201,21 @@ def plot(csv_path, png_path):
             ax.scatter(np.array(xs) + jitter, ys, marker="x", color=color, s=30, zorder=3)
     all_sizes = sorted({int(r["size"]) for r in rows})
     grid = np.linspace(min(all_sizes), max(all_sizes), 100)
-    ax.plot(grid, 2.0 ** grid, ":", color="gray", lw=1, label=r"$2^N$ (random policy, per success)")
+    ax.plot(grid, 2.0**grid, ":", color="gray", lw=1, label=r"$2^N$ (random policy, per success)")
     for b in budgets:
         ax.axhline(b, color="gray", ls="--", lw=0.8)
     ax.set_yscale("log")
     ax.set_ylim(10, max(budgets) * 3)
     ax.set_xlabel("DeepSea size N")
     ax.set_ylabel("episodes to solve (20-episode mean >= 0.9 x optimum)")
-    seeds = sorted({len({r["seed"] for r in rows if r["label"] == l and r["size"] == n})
-                    for l in labels for n in {r["size"] for r in rows}} - {0})
+    seeds = sorted(
+        {
+            len({r["seed"] for r in rows if r["label"] == l and r["size"] == n})
+            for l in labels
+            for n in {r["size"] for r in rows}
+        }
+        - {0}
+    )
     count = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
     ax.set_title(f"DeepSea: median over {count} seeds, min-max band; x = unsolved at the budget", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
@@ -191,18 +229,35 @@ def parse_sizes(text):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     parser.add_argument("--sizes", default="4,6,8,10,14,20", help="DeepSea sizes N, comma-separated")
     parser.add_argument("--seeds", default="1-3", help="e.g. 1-3 or 1,4,7")
-    parser.add_argument("--scripts", default="algos/count_bonus_torch.py,ppo,dqn",
-                        help="methods: script paths and the aliases ppo, dqn (see above)")
-    parser.add_argument("--episodes", type=int, default=2000, help="budget per run, in episodes (the same for every N)")
-    parser.add_argument("--set", action="append", default=[], metavar="PATH:FIELD=VALUE",
-                        help="an Args override for one method, e.g. algos/rnd_torch.py:bonus_scale=0.5 (repeatable)")
-    parser.add_argument("--out", default=str(OUT), help="output path without extension (.csv and .png are written)")
+    parser.add_argument(
+        "--scripts",
+        default="algos/count_bonus_torch.py,ppo,dqn",
+        help="methods: script paths and the aliases ppo, dqn (see above)",
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=2000, help="budget per run, in episodes (the same for every N)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH:FIELD=VALUE",
+        help="an Args override for one method, e.g. algos/rnd_torch.py:bonus_scale=0.5 (repeatable)",
+    )
+    parser.add_argument(
+        "--out", default=str(OUT), help="output path without extension (.csv and .png are written)"
+    )
     parser.add_argument("--log-dir", default="runs/exploration_scaling")
-    parser.add_argument("--resume", action="store_true", help="keep the CSV's rows and skip the runs already in it")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the CSV's rows and skip the runs already in it"
+    )
     parser.add_argument("--plot-only", action="store_true", help="redraw the PNG from the CSV, run nothing")
     opts = parser.parse_args()
     csv_path, png_path = Path(opts.out + ".csv"), Path(opts.out + ".png")

@@ -1,4 +1,5 @@
 """Helpers for the test tiers: load a script as a module, list the twin scripts, run train()."""
+
 import importlib.util
 import math
 import sys
@@ -82,8 +83,10 @@ def conv(script, dtype=np.float32):
     """A converter from array-likes to the script's framework: a torch tensor or a jax array."""
     if is_torch(script):
         import torch
+
         return lambda x: torch.as_tensor(np.asarray(x, dtype=dtype))
     import jax.numpy as jnp
+
     return lambda x: jnp.asarray(np.asarray(x, dtype=dtype))
 
 
@@ -100,7 +103,11 @@ def gae_on_column(script, rewards, values, dones, last_value, gamma, lam):
 def torch_dense(layer):
     """One torch Linear layer as a flax Dense's params (kernel = weight transposed)."""
     import jax.numpy as jnp
-    return {"kernel": jnp.asarray(layer.weight.detach().numpy().T), "bias": jnp.asarray(layer.bias.detach().numpy())}
+
+    return {
+        "kernel": jnp.asarray(layer.weight.detach().numpy().T),
+        "bias": jnp.asarray(layer.bias.detach().numpy()),
+    }
 
 
 def torch_to_flax_params(t_net):
@@ -109,13 +116,16 @@ def torch_to_flax_params(t_net):
     (kernel = weight transposed; LayerNorm scale = weight)."""
     import jax.numpy as jnp
     import torch
+
     params, dense, norm = {}, 0, 0
     for layer in t_net.modules():
         if isinstance(layer, torch.nn.Linear):
             params[f"Dense_{dense}"] = torch_dense(layer)
             dense += 1
         elif isinstance(layer, torch.nn.LayerNorm):
-            params[f"LayerNorm_{norm}"] = {"scale": jnp.asarray(layer.weight.detach().numpy()),
-                                           "bias": jnp.asarray(layer.bias.detach().numpy())}
+            params[f"LayerNorm_{norm}"] = {
+                "scale": jnp.asarray(layer.weight.detach().numpy()),
+                "bias": jnp.asarray(layer.bias.detach().numpy()),
+            }
             norm += 1
     return {"params": params}

@@ -11,6 +11,7 @@ time (the SFT checkpoints of each seed are trained once in --dir/<seed>/ and reu
     python tests/llm_table.py --run            # run what is missing, print the table, write the CSV
     python tests/llm_table.py                  # the table from the stored sweeps only
 """
+
 import argparse
 import csv
 import sys
@@ -24,11 +25,18 @@ from evaluation import read_sweep, run_sweep_process, summarize  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 # (method, family) in the order of the table: offline preference methods, then online RL.
 METHODS = [
-    ("dpo", "preference pairs"), ("ipo", "preference pairs"), ("kto", "unpaired labels"),
-    ("simpo", "preference pairs, no reference"), ("orpo", "preference pairs, no reference"),
-    ("rejection_sampling", "verifier-filtered SFT"), ("grpo", "online, verifier"),
-    ("dr_grpo", "online, verifier"), ("dapo", "online, verifier"), ("rloo", "online, verifier"),
-    ("ppo_rlhf", "online, learned reward model"), ("prm", "best-of-n with a process reward model"),
+    ("dpo", "preference pairs"),
+    ("ipo", "preference pairs"),
+    ("kto", "unpaired labels"),
+    ("simpo", "preference pairs, no reference"),
+    ("orpo", "preference pairs, no reference"),
+    ("rejection_sampling", "verifier-filtered SFT"),
+    ("grpo", "online, verifier"),
+    ("dr_grpo", "online, verifier"),
+    ("dapo", "online, verifier"),
+    ("rloo", "online, verifier"),
+    ("ppo_rlhf", "online, learned reward model"),
+    ("prm", "best-of-n with a process reward model"),
 ]
 
 
@@ -37,21 +45,32 @@ def sweep_path(folder, method, framework):
 
 
 def run_sweep(folder, method, framework, seeds):
-    run_sweep_process(f"llm/{method}_{framework}.py", seeds, sweep_path(folder, method, framework), folder,
-                      metric="accuracy_gain")
+    run_sweep_process(
+        f"llm/{method}_{framework}.py",
+        seeds,
+        sweep_path(folder, method, framework),
+        folder,
+        metric="accuracy_gain",
+    )
 
 
 def load(folder, method, framework):
     sweep = read_sweep(sweep_path(folder, method, framework))
     if sweep is None:
         return None
-    return {"gains": sweep["scores"], "kl": np.array([x.get("kl_to_ref", np.nan) for x in sweep["scalars"]]),
-            "wall": sweep["wall"], "seeds": sweep["seeds"]}
+    return {
+        "gains": sweep["scores"],
+        "kl": np.array([x.get("kl_to_ref", np.nan) for x in sweep["scalars"]]),
+        "wall": sweep["wall"],
+        "seeds": sweep["seeds"],
+    }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", default="runs/llm_sweep", help="where the sweeps (JSON) and SFT checkpoints live")
+    parser.add_argument(
+        "--dir", default="runs/llm_sweep", help="where the sweeps (JSON) and SFT checkpoints live"
+    )
     parser.add_argument("--seeds", default="1-3")
     parser.add_argument("--run", action="store_true", help="run the missing sweeps first")
     parser.add_argument("--csv", default="docs/assets/curves/llm_comparison.csv")
@@ -68,8 +87,10 @@ def main():
             cells[fw] = load(folder, method, fw)
         rows.append((method, family, cells))
 
-    print("| method | data | gain, torch: IQM [95% CI] (seeds) | gain, JAX: IQM [95% CI] (seeds) "
-          "| KL to SFT, nats (torch / JAX) | wall s (torch / JAX) |")
+    print(
+        "| method | data | gain, torch: IQM [95% CI] (seeds) | gain, JAX: IQM [95% CI] (seeds) "
+        "| KL to SFT, nats (torch / JAX) | wall s (torch / JAX) |"
+    )
     print("|---|---|---|---|---|---|")
     out = []
     for method, family, cells in rows:
@@ -82,13 +103,25 @@ def main():
             iqm = summarize(c["gains"])["iqm"]
             per_seed = " / ".join(f"{g:+.3f}" for g in c["gains"])
             text.append(f"{iqm[0]:+.3f} [{iqm[1]:+.3f}, {iqm[2]:+.3f}] ({per_seed})")
-            out.append({"method": method, "framework": fw, "seeds": " ".join(c["seeds"]),
-                        "gain_iqm": iqm[0], "gain_ci_low": iqm[1], "gain_ci_high": iqm[2],
-                        "gains": " ".join(f"{g:.4f}" for g in c["gains"]),
-                        "kl_to_ref_median": float(np.median(c["kl"])),
-                        "wall_time_median_s": float(np.median(c["wall"]))})
-        kl = " / ".join("-" if cells[f] is None else f"{np.median(cells[f]['kl']):.2f}" for f in ("torch", "jax"))
-        wall = " / ".join("-" if cells[f] is None else f"{np.median(cells[f]['wall']):.0f}" for f in ("torch", "jax"))
+            out.append(
+                {
+                    "method": method,
+                    "framework": fw,
+                    "seeds": " ".join(c["seeds"]),
+                    "gain_iqm": iqm[0],
+                    "gain_ci_low": iqm[1],
+                    "gain_ci_high": iqm[2],
+                    "gains": " ".join(f"{g:.4f}" for g in c["gains"]),
+                    "kl_to_ref_median": float(np.median(c["kl"])),
+                    "wall_time_median_s": float(np.median(c["wall"])),
+                }
+            )
+        kl = " / ".join(
+            "-" if cells[f] is None else f"{np.median(cells[f]['kl']):.2f}" for f in ("torch", "jax")
+        )
+        wall = " / ".join(
+            "-" if cells[f] is None else f"{np.median(cells[f]['wall']):.0f}" for f in ("torch", "jax")
+        )
         print(f"| {method} | {family} | {text[0]} | {text[1]} | {kl} | {wall} |")
     if out:
         path = ROOT / opts.csv

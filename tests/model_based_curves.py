@@ -22,6 +22,7 @@ interrupted sweep resumes where it stopped.
 (docs/assets/curves/pets_pendulum.{png,runs.csv}) from the event files of two `tests/evaluation.py`
 sweeps at the defaults (their `--log-dir`s, one a twin; the command is on pets.md).
 """
+
 import argparse
 import csv
 import json
@@ -35,16 +36,16 @@ from evaluation import parse_seeds  # noqa: E402
 from helpers import ROOT, run_train  # noqa: E402
 
 OUT = ROOT / "docs" / "assets" / "curves"
-BAR = -300.0        # the issue's bar: "better than -300 on Pendulum"
-WINDOW = 5          # episodes in the running mean (as the PETS and MBPO specs' final_mean_return)
-STEPS = 3_000       # 15 Pendulum episodes
+BAR = -300.0  # the issue's bar: "better than -300 on Pendulum"
+WINDOW = 5  # episodes in the running mean (as the PETS and MBPO specs' final_mean_return)
+STEPS = 3_000  # 15 Pendulum episodes
 
 
 def steps_to_bar(steps, returns, bar=BAR, window=WINDOW):
     """The real step at which the mean of the last `window` episodes first reaches `bar` (None: never)."""
     returns = np.asarray(returns, dtype=float)
     for i in range(window - 1, len(returns)):
-        if returns[i - window + 1:i + 1].mean() >= bar:
+        if returns[i - window + 1 : i + 1].mean() >= bar:
             return int(steps[i])
     return None
 
@@ -59,6 +60,7 @@ def median_steps(reached):
 def read_event_returns(run_dir):
     """[(global_step, return)] of every episode logged under run_dir (charts/episodic_return)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     ea = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     ea.Reload()
     return [(int(e.step), float(e.value)) for e in ea.Scalars("charts/episodic_return")]
@@ -78,18 +80,28 @@ def write_pets_figure(log_dirs):
         for (twin, seed), curve in sorted(runs.items()):
             w.writerows((twin, seed, i, step, round(ret, 2)) for i, (step, ret) in enumerate(curve, start=1))
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4))
     for twin, colour in (("torch", "tab:blue"), ("jax", "tab:orange")):
         curves = np.array([[r for _, r in c] for (t, _), c in sorted(runs.items()) if t == twin])
         episodes = np.arange(1, curves.shape[1] + 1)
         for c in curves:
             ax.plot(episodes, c, color=colour, lw=0.8, alpha=0.25)
-        ax.plot(episodes, np.mean(curves, axis=0), color=colour, lw=2, label=f"{twin}: mean of {len(curves)} seeds")
+        ax.plot(
+            episodes,
+            np.mean(curves, axis=0),
+            color=colour,
+            lw=2,
+            label=f"{twin}: mean of {len(curves)} seeds",
+        )
         finals = curves[:, -WINDOW:].mean(axis=1)
-        print(f"PETS {twin}: final_mean_return {np.round(finals, 1).tolist()}; "
-              f"{int((finals > BAR).sum())} of {len(finals)} better than {BAR:.0f}")
+        print(
+            f"PETS {twin}: final_mean_return {np.round(finals, 1).tolist()}; "
+            f"{int((finals > BAR).sum())} of {len(finals)} better than {BAR:.0f}"
+        )
     ax.axhline(BAR, color="black", ls="--", lw=1, label=f"issue 13's bar ({BAR:.0f})")
     ax.set_xlabel("episode (200 steps each; episode 1 random)")
     ax.set_ylabel("episodic return")
@@ -109,7 +121,9 @@ def read_spec_curves(name):
         if path.exists():
             with open(path) as f:
                 for r in csv.DictReader(f):
-                    runs.setdefault((twin, int(r["seed"])), []).append((int(r["global_step"]), float(r["value"])))
+                    runs.setdefault((twin, int(r["seed"])), []).append(
+                        (int(r["global_step"]), float(r["value"]))
+                    )
         if path.with_suffix(".runs.csv").exists():  # written by the learning suite since it kept wall times
             with open(path.with_suffix(".runs.csv")) as f:
                 wall.update({(twin, int(r["seed"])): float(r["wall_time_s"]) for r in csv.DictReader(f)})
@@ -121,8 +135,11 @@ def run_cached(script, seed, log_dir, **overrides):
     if path.exists():
         return json.loads(path.read_text())
     s = run_train(script, log_dir, seed=seed, total_timesteps=STEPS, **overrides)
-    keep = {"episodic_returns": [[int(a), float(b)] for a, b in s["episodic_returns"]],
-            "wall_time": float(s["wall_time"]), "final_mean_return": float(s["final_mean_return"])}
+    keep = {
+        "episodic_returns": [[int(a), float(b)] for a, b in s["episodic_returns"]],
+        "wall_time": float(s["wall_time"]),
+        "final_mean_return": float(s["final_mean_return"]),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(keep))
     return keep
@@ -133,7 +150,9 @@ def main():
     p.add_argument("--seeds", default="1-5", help="seeds of the 3,000-step SAC runs")
     p.add_argument("--sac-twins", default="torch,jax")
     p.add_argument("--log-dir", default=str(ROOT / "runs" / "model_based"))
-    p.add_argument("--pets-logs", default=None, help="TORCH_DIR,JAX_DIR: first redraw pets.md's figure from these sweeps")
+    p.add_argument(
+        "--pets-logs", default=None, help="TORCH_DIR,JAX_DIR: first redraw pets.md's figure from these sweeps"
+    )
     opts = p.parse_args()
     seeds = parse_seeds(opts.seeds)
     if opts.pets_logs:
@@ -142,7 +161,16 @@ def main():
     rows = []  # (method, twin, seed, episode, step, return)
     with open(OUT / "pets_pendulum.runs.csv") as f:
         for r in csv.DictReader(f):
-            rows.append(("PETS", r["twin"], int(r["seed"]), int(r["episode"]), int(r["global_step"]), float(r["return"])))
+            rows.append(
+                (
+                    "PETS",
+                    r["twin"],
+                    int(r["seed"]),
+                    int(r["episode"]),
+                    int(r["global_step"]),
+                    float(r["return"]),
+                )
+            )
     wall = {}
     mbpo, mbpo_wall = read_spec_curves("mbpo")  # the learning spec's runs, seeds 1-5
     for (twin, seed), curve in sorted(mbpo.items()):
@@ -150,11 +178,21 @@ def main():
         wall[("MBPO", twin, seed)] = mbpo_wall.get((twin, seed), float("nan"))
     for twin in filter(None, opts.sac_twins.split(",")):
         for seed in seeds:
-            s = run_cached(f"algos/sac_{twin}.py", seed, opts.log_dir, env_id="Pendulum-v1", learning_starts=400)
+            s = run_cached(
+                f"algos/sac_{twin}.py", seed, opts.log_dir, env_id="Pendulum-v1", learning_starts=400
+            )
             wall[("SAC", twin, seed)] = s["wall_time"]
-            rows += [("SAC", twin, seed, i, step, ret) for i, (step, ret) in enumerate(s["episodic_returns"], start=1)]
-            print(f"SAC {twin} seed {seed}: final {s['final_mean_return']:.1f} ({s['wall_time']:.0f} s)", flush=True)
-    for (twin, seed), curve in sorted(read_spec_curves("sac")[0].items()):  # the learning suite's 30,000-step runs
+            rows += [
+                ("SAC", twin, seed, i, step, ret)
+                for i, (step, ret) in enumerate(s["episodic_returns"], start=1)
+            ]
+            print(
+                f"SAC {twin} seed {seed}: final {s['final_mean_return']:.1f} ({s['wall_time']:.0f} s)",
+                flush=True,
+            )
+    for (twin, seed), curve in sorted(
+        read_spec_curves("sac")[0].items()
+    ):  # the learning suite's 30,000-step runs
         rows += [("SAC 30k", twin, seed, i, step, ret) for i, (step, ret) in enumerate(curve, start=1)]
 
     with open(OUT / "model_based_pendulum.runs.csv", "w", newline="") as f:
@@ -168,10 +206,17 @@ def main():
     table = []
     for (method, twin, seed), curve in sorted(runs.items()):
         steps, rets = zip(*curve)
-        table.append({"method": method, "twin": twin, "seed": seed, "steps": steps[-1],
-                      "steps_to_-300": steps_to_bar(steps, rets),
-                      "final_mean_return": round(float(np.mean(rets[-WINDOW:])), 1),
-                      "wall_time_s": round(wall.get((method, twin, seed), float("nan")), 1)})
+        table.append(
+            {
+                "method": method,
+                "twin": twin,
+                "seed": seed,
+                "steps": steps[-1],
+                "steps_to_-300": steps_to_bar(steps, rets),
+                "final_mean_return": round(float(np.mean(rets[-WINDOW:])), 1),
+                "wall_time_s": round(wall.get((method, twin, seed), float("nan")), 1),
+            }
+        )
     with open(OUT / "model_based_pendulum.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(table[0]))
         w.writeheader()
@@ -185,16 +230,22 @@ def main():
             continue
         reached = [t["steps_to_-300"] for t in got]
         medians[method] = median_steps(reached)
-        print(f"  {method:8s} {len(got)} runs: {reached}; median {medians[method]}; final "
-              f"{[t['final_mean_return'] for t in got]}")
+        print(
+            f"  {method:8s} {len(got)} runs: {reached}; median {medians[method]}; final "
+            f"{[t['final_mean_return'] for t in got]}"
+        )
     if medians.get("SAC 30k"):
         for method in ("PETS", "MBPO"):
             if medians.get(method):
-                print(f"  SAC (30k runs) needs {medians['SAC 30k'] / medians[method]:.1f}x the real steps of {method}")
+                print(
+                    f"  SAC (30k runs) needs {medians['SAC 30k'] / medians[method]:.1f}x the real steps of {method}"
+                )
 
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.2))
     colours = {"PETS": "tab:blue", "MBPO": "tab:green", "SAC": "tab:orange", "SAC 30k": "tab:red"}
     labels = {"SAC": "SAC (3,000 steps, learning_starts 400)", "SAC 30k": "SAC (30,000 steps, defaults)"}
@@ -204,10 +255,18 @@ def main():
             continue
         length = min(len(c) for c in curves)
         steps = np.array([s for s, _ in curves[0][:length]])
-        smooth = np.array([[np.mean([r for _, r in c[max(0, i - WINDOW + 1):i + 1]]) for i in range(length)]
-                           for c in curves])
-        ax.plot(steps, np.median(smooth, axis=0), color=colour,
-                label=f"{labels.get(method, method)}, {len(curves)} runs")
+        smooth = np.array(
+            [
+                [np.mean([r for _, r in c[max(0, i - WINDOW + 1) : i + 1]]) for i in range(length)]
+                for c in curves
+            ]
+        )
+        ax.plot(
+            steps,
+            np.median(smooth, axis=0),
+            color=colour,
+            label=f"{labels.get(method, method)}, {len(curves)} runs",
+        )
         ax.fill_between(steps, smooth.min(axis=0), smooth.max(axis=0), color=colour, alpha=0.15)
     ax.axhline(BAR, color="grey", ls="--", lw=1)
     ax.set_xscale("log")

@@ -25,6 +25,7 @@ probe itself reads only the network sizes, the search settings and gamma, which 
 The true values need one search per simulated step (about 500 per action on a 500-step episode): a few
 seconds per listed step on a 2-core CPU.
 """
+
 import argparse
 import os
 import sys
@@ -43,8 +44,10 @@ def probe(run_dir, steps=(0, 30, 60, 100, 150), env_seed=777):
     {"step", "greedy", "model_value", "model_q": [L, R], "true_q": [L, R], "true_steps": [L, R]}."""
     model_path = os.path.join(run_dir, "model.msgpack")
     if not os.path.isfile(model_path):
-        raise FileNotFoundError(f"no model.msgpack in {run_dir}: train algos/muzero_jax.py with --save-model "
-                                f"first (the probe reads the JAX twin's models only)")
+        raise FileNotFoundError(
+            f"no model.msgpack in {run_dir}: train algos/muzero_jax.py with --save-model "
+            f"first (the probe reads the JAX twin's models only)"
+        )
     steps = sorted({int(t) for t in steps})
     if steps and steps[0] < 0:
         raise ValueError("steps must be >= 0")
@@ -53,6 +56,7 @@ def probe(run_dir, steps=(0, 30, 60, 100, 150), env_seed=777):
     import gymnasium as gym
     import jax
     import jax.numpy as jnp
+
     import muzero_jax as mz
 
     args = mz.Args()
@@ -65,12 +69,16 @@ def probe(run_dir, steps=(0, 30, 60, 100, 150), env_seed=777):
     # from_bytes fills the template's structure without comparing shapes: check them here
     expected = jax.tree_util.tree_map(jnp.shape, template)
     if jax.tree_util.tree_map(jnp.shape, params) != expected:
-        raise ValueError(f"{model_path} does not match the default network (hidden_size {args.hidden_size}, "
-                         f"latent_size {args.latent_size}, support_size {args.support_size}, CartPole's 4 "
-                         f"observations and 2 actions): the probe reads default-sized CartPole models only")
+        raise ValueError(
+            f"{model_path} does not match the default network (hidden_size {args.hidden_size}, "
+            f"latent_size {args.latent_size}, support_size {args.support_size}, CartPole's 4 "
+            f"observations and 2 actions): the probe reads default-sized CartPole models only"
+        )
     act = mz.make_act(network, args)
     initial = jax.jit(lambda p, o: network.apply(p, o, method=mz.MuZeroNet.initial_inference))
-    recurrent = jax.jit(lambda p, latent, a: network.apply(p, latent, a, method=mz.MuZeroNet.recurrent_inference))
+    recurrent = jax.jit(
+        lambda p, latent, a: network.apply(p, latent, a, method=mz.MuZeroNet.recurrent_inference)
+    )
     key = jax.random.PRNGKey(0)  # unused by the noiseless argmax search
 
     def scaled(obs):
@@ -106,13 +114,28 @@ def probe(run_dir, steps=(0, 30, 60, 100, 150), env_seed=777):
         velocities.append(float(env.unwrapped.state[1]))
         obs, _, terminated, truncated, _ = env.step(action)
     x, _, theta, _ = env.unwrapped.state
-    end = "truncated at 500" if truncated and not terminated else (
-        f"cart off the track (x = {x:+.2f})" if abs(x) > 2.4 else f"pole fell (theta = {theta:+.3f} rad)")
-    result = {"length": len(xs), "end": end, "terminated": bool(terminated), "mean_velocity": float(np.mean(velocities)),
-              "xs": xs, "gamma": args.gamma, "last_value": float(initial(params, scaled(obs))[2][0]), "rows": []}
+    end = (
+        "truncated at 500"
+        if truncated and not terminated
+        else (
+            f"cart off the track (x = {x:+.2f})" if abs(x) > 2.4 else f"pole fell (theta = {theta:+.3f} rad)"
+        )
+    )
+    result = {
+        "length": len(xs),
+        "end": end,
+        "terminated": bool(terminated),
+        "mean_velocity": float(np.mean(velocities)),
+        "xs": xs,
+        "gamma": args.gamma,
+        "last_value": float(initial(params, scaled(obs))[2][0]),
+        "rows": [],
+    }
 
     simulator = gym.make(args.env_id)
-    assert isinstance(simulator, gym.wrappers.TimeLimit), "the probe sets TimeLimit's step counter: it must be outermost"
+    assert isinstance(simulator, gym.wrappers.TimeLimit), (
+        "the probe sets TimeLimit's step counter: it must be outermost"
+    )
     for t, (state, obs, action) in sorted(saved.items()):
         latent, _, value = initial(params, scaled(obs))
         model_q = []
@@ -120,15 +143,27 @@ def probe(run_dir, steps=(0, 30, 60, 100, 150), env_seed=777):
             reward, next_value, _, _ = recurrent(params, latent, jnp.array([a]))
             model_q.append(float(reward[0] + args.gamma * next_value[0]))
         true = [true_q(simulator, state, t, a) for a in (0, 1)]
-        result["rows"].append({"step": t, "greedy": action, "model_value": float(value[0]), "model_q": model_q,
-                               "true_q": [q for q, _ in true], "true_steps": [n for _, n in true]})
+        result["rows"].append(
+            {
+                "step": t,
+                "greedy": action,
+                "model_value": float(value[0]),
+                "model_q": model_q,
+                "true_q": [q for q, _ in true],
+                "true_steps": [n for _, n in true],
+            }
+        )
     return result
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("run_dir", help="a run directory of algos/muzero_jax.py --save-model (holds model.msgpack)")
-    parser.add_argument("--steps", default="0,30,60,100,150", help="episode steps at which to compare (comma list)")
+    parser.add_argument(
+        "run_dir", help="a run directory of algos/muzero_jax.py --save-model (holds model.msgpack)"
+    )
+    parser.add_argument(
+        "--steps", default="0,30,60,100,150", help="episode steps at which to compare (comma list)"
+    )
     parser.add_argument("--env-seed", type=int, default=777, help="reset seed of the probed episode")
     opts = parser.parse_args()
     steps = [int(t) for t in opts.steps.split(",")]
@@ -137,14 +172,21 @@ def main():
     except (FileNotFoundError, ValueError) as e:
         sys.exit(str(e))
     xs = r["xs"]
-    print(f"greedy episode: {r['length']} steps, {r['end']}; mean cart velocity {r['mean_velocity']:+.3f} m/s, "
-          f"x at steps 100 / 200 / 300: " + " / ".join(f"{xs[k]:+.2f}" if k < len(xs) else "-" for k in (100, 200, 300)))
-    print(f"{'step':>4}  {'greedy':>6}  {'model V':>7}  {'model Q(L)':>10}  {'model Q(R)':>10}  "
-          f"{'true Q(L) (steps)':>17}  {'true Q(R) (steps)':>17}")
+    print(
+        f"greedy episode: {r['length']} steps, {r['end']}; mean cart velocity {r['mean_velocity']:+.3f} m/s, "
+        f"x at steps 100 / 200 / 300: "
+        + " / ".join(f"{xs[k]:+.2f}" if k < len(xs) else "-" for k in (100, 200, 300))
+    )
+    print(
+        f"{'step':>4}  {'greedy':>6}  {'model V':>7}  {'model Q(L)':>10}  {'model Q(R)':>10}  "
+        f"{'true Q(L) (steps)':>17}  {'true Q(R) (steps)':>17}"
+    )
     for row in r["rows"]:
         (ml, mr), (tl, tr), (nl, nr) = row["model_q"], row["true_q"], row["true_steps"]
-        print(f"{row['step']:>4}  {'LR'[row['greedy']]:>6}  {row['model_value']:7.1f}  {ml:10.1f}  {mr:10.1f}  "
-              f"{tl:10.1f} ({nl:>3})  {tr:10.1f} ({nr:>3})")
+        print(
+            f"{row['step']:>4}  {'LR'[row['greedy']]:>6}  {row['model_value']:7.1f}  {ml:10.1f}  {mr:10.1f}  "
+            f"{tl:10.1f} ({nl:>3})  {tr:10.1f} ({nr:>3})"
+        )
     skipped = [t for t in sorted(set(steps)) if t >= r["length"]]
     if skipped:
         print(f"(the episode ended before step {skipped[0]}: steps {skipped} skipped)")

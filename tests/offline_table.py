@@ -11,6 +11,7 @@ With --run, missing sweeps are run first, one process at a time.
     python tests/offline_table.py --run --framework jax      # the JAX twins
     python tests/offline_table.py                            # the table from the stored sweeps only
 """
+
 import argparse
 import csv
 import sys
@@ -20,13 +21,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "algos"))
-from evaluation import read_sweep, run_sweep_process, summarize  # noqa: E402
 import offline_data  # noqa: E402
+from evaluation import read_sweep, run_sweep_process, summarize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["bc", "td3_bc", "cql", "iql", "decision_transformer"]
-DATASETS = ["pendulum-medium", "pendulum-replay", "pendulum-learner", "pendulum-expert", "pendulum-medium-expert",
-            "pointmaze-stitch"]
+DATASETS = [
+    "pendulum-medium",
+    "pendulum-replay",
+    "pendulum-learner",
+    "pendulum-expert",
+    "pendulum-medium-expert",
+    "pointmaze-stitch",
+]
 # Per-dataset settings, as the papers tune per domain: IQL on the sparse-reward stitch maze uses the
 # IQL paper's AntMaze values (expectile 0.9, beta 10) instead of its locomotion defaults (0.7, 3).
 EXTRA = {("iql", "pointmaze-stitch"): ["expectile=0.9", "beta=10.0"]}
@@ -37,9 +44,14 @@ def sweep_path(folder, method, dataset, framework):
 
 
 def run_sweep(folder, method, dataset, framework, seeds):
-    run_sweep_process(f"algos/{method}_{framework}.py", seeds, sweep_path(folder, method, dataset, framework),
-                      Path(folder) / "runs", [f"dataset={dataset}", *EXTRA.get((method, dataset), [])],
-                      metric="normalized_score")
+    run_sweep_process(
+        f"algos/{method}_{framework}.py",
+        seeds,
+        sweep_path(folder, method, dataset, framework),
+        Path(folder) / "runs",
+        [f"dataset={dataset}", *EXTRA.get((method, dataset), [])],
+        metric="normalized_score",
+    )
 
 
 def load(folder, method, dataset, framework):
@@ -60,7 +72,9 @@ def main():
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--run", action="store_true", help="run the missing sweeps first")
-    parser.add_argument("--csv", default=None, help="default: docs/assets/curves/offline_table_<framework>.csv")
+    parser.add_argument(
+        "--csv", default=None, help="default: docs/assets/curves/offline_table_<framework>.csv"
+    )
     opts = parser.parse_args()
     folder = ROOT / opts.dir
     methods = [m for m in opts.methods.split(",") if (ROOT / "algos" / f"{m}_{opts.framework}.py").exists()]
@@ -86,14 +100,25 @@ def main():
                 continue
             iqm = summarize(c["scores"])["iqm"]
             row.append(f"{iqm[0]:.1f} [{iqm[1]:.1f}, {iqm[2]:.1f}]")
-            out.append({"dataset": dataset, "method": method, "framework": opts.framework,
-                        "seeds": " ".join(c["seeds"]), "iqm": iqm[0], "ci_low": iqm[1], "ci_high": iqm[2],
-                        "scores": " ".join(f"{s:.1f}" for s in c["scores"]),
-                        "behaviour": behaviour[dataset],
-                        "wall_time_median_s": float(np.median(c["wall"]))})
+            out.append(
+                {
+                    "dataset": dataset,
+                    "method": method,
+                    "framework": opts.framework,
+                    "seeds": " ".join(c["seeds"]),
+                    "iqm": iqm[0],
+                    "ci_low": iqm[1],
+                    "ci_high": iqm[2],
+                    "scores": " ".join(f"{s:.1f}" for s in c["scores"]),
+                    "behaviour": behaviour[dataset],
+                    "wall_time_median_s": float(np.median(c["wall"])),
+                }
+            )
         print("| " + " | ".join(row) + " |")
     for r in out:
-        print(f"  {r['dataset']:18s} {r['method']:22s} seeds {r['scores']}  (median {r['wall_time_median_s']:.0f} s)")
+        print(
+            f"  {r['dataset']:18s} {r['method']:22s} seeds {r['scores']}  (median {r['wall_time_median_s']:.0f} s)"
+        )
     if out:
         path = ROOT / (opts.csv or f"docs/assets/curves/offline_table_{opts.framework}.csv")
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ default thread count. The algorithm and the hyperparameters are those of algos/p
 its Args), so the wall-time gap to our twins is the cost of the implementation, not of the method.
 Not a test, and not one of the twins: nothing in algos/ imports it.
 """
+
 import random
 import time
 
@@ -35,13 +36,17 @@ class Agent(nn.Module):
     def __init__(self, obs_dim, num_actions):
         super().__init__()
         self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, 1), std=1.0),
         )
         self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, num_actions), std=0.01),
         )
 
@@ -64,8 +69,12 @@ def train(args) -> dict:
     torch.manual_seed(args.seed)
     torch.set_num_threads(DEFAULT_THREADS)  # undo the pin of a twin that ran earlier in this process
 
-    envs = gym.make_vec(args.env_id, num_envs=args.num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    envs = gym.make_vec(
+        args.env_id,
+        num_envs=args.num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     agent = Agent(obs_dim, int(envs.single_action_space.n))
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
@@ -130,7 +139,7 @@ def train(args) -> dict:
         for epoch in range(args.update_epochs):
             np.random.shuffle(indices)
             for start in range(0, batch_size, minibatch_size):
-                mb = indices[start:start + minibatch_size]
+                mb = indices[start : start + minibatch_size]
                 _, new_logprob, entropy, new_value = agent.get_action_and_value(b_obs[mb], b_actions[mb])
                 ratio = (new_logprob - b_logprobs[mb]).exp()
 
@@ -143,7 +152,9 @@ def train(args) -> dict:
                 policy_loss = -torch.min(surrogate, surrogate_clipped).mean()
 
                 value_error = (new_value - b_returns[mb]) ** 2
-                if args.clip_vloss:  # the larger of the plain error and that of a prediction kept near the old one
+                if (
+                    args.clip_vloss
+                ):  # the larger of the plain error and that of a prediction kept near the old one
                     change = torch.clamp(new_value - b_values[mb], -args.clip_coef, args.clip_coef)
                     value_clipped = b_values[mb] + change
                     value_error = torch.max(value_error, (value_clipped - b_returns[mb]) ** 2)

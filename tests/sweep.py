@@ -22,6 +22,7 @@ to the workers as the job's working directory (runs/, .git and docs/assets/ left
 a spawn-context process pool of --workers on this machine (tests/evaluation.py run_seeds). `serial`:
 one seed after another in this process.
 """
+
 import argparse
 import os
 import sys
@@ -33,8 +34,7 @@ import numpy as np
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 sys.path.insert(0, str(TESTS))
-from evaluation import (CURVES, format_ci, parse_seeds, run_seeds, summarize, write_curves,  # noqa: E402
-                        write_run_tables)
+from evaluation import CURVES, format_ci, parse_seeds, run_seeds, summarize, write_curves, write_run_tables  # noqa: E402
 from registry import REGISTRY  # noqa: E402
 
 
@@ -55,20 +55,27 @@ def _ray_task(script, overrides, seed, log_dir):
     tests = Path.cwd() / "tests" if (Path.cwd() / "tests" / "helpers.py").exists() else TESTS
     sys.path.insert(0, str(tests))
     from helpers import run_train
+
     summary = run_train(script, Path(log_dir) / str(seed), seed=seed, **overrides)
     # keep what the tables and plots read (a summary may hold objects that do not travel well)
-    return seed, {k: v for k, v in summary.items() if isinstance(v, (int, float, str, list, tuple, type(None)))}
+    return seed, {
+        k: v for k, v in summary.items() if isinstance(v, (int, float, str, list, tuple, type(None)))
+    }
 
 
 def run_on_ray(script, overrides, seeds, log_dir):
     import ray
+
     if not ray.is_initialized():
         # The workers import this module (the task below) and tests/helpers.py: tests/ goes on their
         # path. On a cluster the repository travels as the job's working directory (the workers'
         # current directory, so the relative entry finds it); locally the workers share this disk.
         if os.environ.get("RAY_ADDRESS"):
-            runtime_env = {"working_dir": str(ROOT), "excludes": ["runs/", ".git/", "docs/assets/"],
-                           "env_vars": {"PYTHONPATH": "tests"}}
+            runtime_env = {
+                "working_dir": str(ROOT),
+                "excludes": ["runs/", ".git/", "docs/assets/"],
+                "env_vars": {"PYTHONPATH": "tests"},
+            }
         else:
             runtime_env = {"env_vars": {"PYTHONPATH": str(TESTS)}}
         # no dashboard: it is a web server this script does not need, and it slows the start
@@ -82,6 +89,7 @@ def pick_engine(engine):
         return engine
     try:
         import ray  # noqa: F401
+
         return "ray"
     except ImportError:
         return "processes"
@@ -97,10 +105,14 @@ def run(spec, seeds, engine, workers, log_dir, fallback=False):
             # sweep goes on in a process pool, and says so; with --engine ray the error stands.
             if not fallback or os.environ.get("RAY_ADDRESS"):
                 raise
-            print(f"  Ray did not start ({type(err).__name__}: {err}); running on a process pool instead",
-                  flush=True)
+            print(
+                f"  Ray did not start ({type(err).__name__}: {err}); running on a process pool instead",
+                flush=True,
+            )
             engine = "processes"
-    return run_seeds(spec.script, dict(spec.args), seeds, log_dir, workers=1 if engine == "serial" else workers)
+    return run_seeds(
+        spec.script, dict(spec.args), seeds, log_dir, workers=1 if engine == "serial" else workers
+    )
 
 
 def report(spec, results):
@@ -109,28 +121,43 @@ def report(spec, results):
         print(f"  seed {s}: {spec.metric} {results[s][spec.metric]:.3f}  ({results[s]['wall_time']:.1f} s)")
     print("  " + "  ".join(f"{k} {format_ci(*v, digits=3)}" for k, v in summarize(values).items()))
     if spec.threshold is None:  # a failure asserted through the at_most bounds (tests/registry.py)
-        print(f"  no lower bar; upper bounds {spec.at_most} (the learning suite asks {len(spec.seeds)} of "
-              f"{len(spec.seeds)} seeds {spec.seeds})")
+        print(
+            f"  no lower bar; upper bounds {spec.at_most} (the learning suite asks {len(spec.seeds)} of "
+            f"{len(spec.seeds)} seeds {spec.seeds})"
+        )
         return
     passing = sum(v >= spec.threshold for v in values)
-    print(f"  bar {spec.threshold:g}: {passing} of {len(values)} seeds reach it "
-          f"(the learning suite asks {len(spec.seeds) if spec.min_passing is None else spec.min_passing} of "
-          f"{len(spec.seeds)} seeds {spec.seeds})")
+    print(
+        f"  bar {spec.threshold:g}: {passing} of {len(values)} seeds reach it "
+        f"(the learning suite asks {len(spec.seeds) if spec.min_passing is None else spec.min_passing} of "
+        f"{len(spec.seeds)} seeds {spec.seeds})"
+    )
     if spec.floor is not None:
-        print(f"  floor {spec.floor:g} (every seed): {sum(v >= spec.floor for v in values)} of {len(values)} seeds reach it")
+        print(
+            f"  floor {spec.floor:g} (every seed): {sum(v >= spec.floor for v in values)} of {len(values)} seeds reach it"
+        )
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("algo", help='a registered script ("algos/ppo_torch.py", "ppo_torch") or spec name')
     p.add_argument("--seeds", default="1-10")
-    p.add_argument("--engine", choices=("auto", "ray", "processes", "serial"), default="auto",
-                   help="auto: Ray when installed, else a process pool")
-    p.add_argument("--workers", type=int, default=os.cpu_count(), help="processes at a time (engine processes)")
+    p.add_argument(
+        "--engine",
+        choices=("auto", "ray", "processes", "serial"),
+        default="auto",
+        help="auto: Ray when installed, else a process pool",
+    )
+    p.add_argument(
+        "--workers", type=int, default=os.cpu_count(), help="processes at a time (engine processes)"
+    )
     p.add_argument("--out", default=str(CURVES), help="where the CSV/PNG files go")
     p.add_argument("--log-dir", default=str(ROOT / "runs" / "sweep"))
-    p.add_argument("--benchmark", action="store_true",
-                   help="time the sweep twice, serial and parallel, and print both (writes nothing)")
+    p.add_argument(
+        "--benchmark",
+        action="store_true",
+        help="time the sweep twice, serial and parallel, and print both (writes nothing)",
+    )
     opts = p.parse_args(argv)
     seeds = parse_seeds(opts.seeds)
     engine = pick_engine(opts.engine)
@@ -142,7 +169,9 @@ def main(argv=None):
             times = {}
             for mode in ("serial", engine if engine != "serial" else "processes"):
                 start = time.perf_counter()
-                run(spec, seeds, mode, opts.workers, Path(opts.log_dir) / mode, fallback=opts.engine == "auto")
+                run(
+                    spec, seeds, mode, opts.workers, Path(opts.log_dir) / mode, fallback=opts.engine == "auto"
+                )
                 times[mode] = time.perf_counter() - start
                 print(f"  {mode:9s} {len(seeds)} seeds: {times[mode]:.1f} s wall", flush=True)
             serial, parallel = times.values()

@@ -1,5 +1,6 @@
 """The docs site builds with no warnings (broken links, missing nav targets), and every figure
 the docs embed from docs/assets/curves/ exists."""
+
 import re
 import subprocess
 import sys
@@ -8,8 +9,13 @@ from helpers import ROOT
 
 
 def test_mkdocs_build_strict(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -13,6 +13,7 @@ on which neither gets there is a tie. Asked: Dyna-Q wins more seeds than Q-learn
 torch Dyna-Q first on 7 of the 10 seeds, Q-learning on none, 3 ties; JAX Dyna-Q first on 9, Q-learning
 on none, 1 tie (seeds 6-10 of n = 0 and 50 from the same runs as this test's, made beside that sweep).
 """
+
 import pytest
 
 from helpers import run_train
@@ -39,10 +40,17 @@ def first(a, b):
 
 @pytest.mark.parametrize("script", ["algos/dyna_q_torch.py", "algos/dyna_q_jax.py"])
 def test_planning_reaches_the_optimum_in_fewer_real_steps_than_q_learning(script, tmp_path):
-    races = {s: (steps_to_optimum(script, tmp_path / f"n50_{s}", s, 50), steps_to_optimum(script, tmp_path / f"n0_{s}", s, 0))
-             for s in SEEDS}
+    races = {
+        s: (
+            steps_to_optimum(script, tmp_path / f"n50_{s}", s, 50),
+            steps_to_optimum(script, tmp_path / f"n0_{s}", s, 0),
+        )
+        for s in SEEDS
+    }
     outcome = [first(*r) for r in races.values()]
-    report = (f"real steps to a shortest path, seed: (n = 50, n = 0): {races} (None: not within {BUDGET:,}); "
-              f"Dyna-Q first on {outcome.count(1)}, Q-learning first on {outcome.count(-1)}, ties {outcome.count(0)}")
+    report = (
+        f"real steps to a shortest path, seed: (n = 50, n = 0): {races} (None: not within {BUDGET:,}); "
+        f"Dyna-Q first on {outcome.count(1)}, Q-learning first on {outcome.count(-1)}, ties {outcome.count(0)}"
+    )
     print(report)
     assert outcome.count(1) > outcome.count(-1), report

@@ -1,10 +1,12 @@
 """Tier 2 for A2C: the twins' module-level math agrees within 1e-5 on identical random batches
 (with episode ends), values and gradients; and the two networks are the same function."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -20,11 +22,17 @@ def batch(request):
     rng = np.random.default_rng(request.param)
     T, N = 16, 8
     f32 = lambda x: np.asarray(x, dtype=np.float32)
-    return {"rewards": f32(rng.normal(size=(T, N))), "values": f32(rng.normal(size=(T, N))),
-            "dones": f32(rng.random((T, N)) < 0.15), "last_value": f32(rng.normal(size=N)),
-            "logp": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))), "entropy": f32(rng.uniform(0, 0.7, T * N)),
-            "v": f32(rng.normal(size=T * N)), "advantages": f32(rng.normal(size=T * N)),
-            "returns": f32(rng.normal(size=T * N))}
+    return {
+        "rewards": f32(rng.normal(size=(T, N))),
+        "values": f32(rng.normal(size=(T, N))),
+        "dones": f32(rng.random((T, N)) < 0.15),
+        "last_value": f32(rng.normal(size=N)),
+        "logp": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
+        "entropy": f32(rng.uniform(0, 0.7, T * N)),
+        "v": f32(rng.normal(size=T * N)),
+        "advantages": f32(rng.normal(size=T * N)),
+        "returns": f32(rng.normal(size=T * N)),
+    }
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.95, 1.0])

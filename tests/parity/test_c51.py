@@ -1,11 +1,12 @@
 """Tier 2 for C51: categorical_projection and categorical_loss (values and gradients) agree
 between the twins within 1e-5 on identical random batches (with terminations and rewards past
 the support), and the two networks give the same Q-values on the same weights."""
+
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -21,9 +22,13 @@ def batch(request):
     rng = np.random.default_rng(request.param)
     B, N = 128, 51
     f32 = lambda x: np.asarray(x, dtype=np.float32)
-    return {"next_probs": f32(rng.dirichlet(np.ones(N), size=B)), "rewards": f32(rng.normal(size=B) * 30),
-            "dones": f32(rng.random(B) < 0.2), "atoms": f32(np.linspace(-100, 100, N)),
-            "logits": f32(rng.normal(size=(B, N)))}
+    return {
+        "next_probs": f32(rng.dirichlet(np.ones(N), size=B)),
+        "rewards": f32(rng.normal(size=B) * 30),
+        "dones": f32(rng.random(B) < 0.2),
+        "atoms": f32(np.linspace(-100, 100, N)),
+        "logits": f32(rng.normal(size=(B, N))),
+    }
 
 
 def test_projection_parity(twins, batch):
@@ -54,7 +59,12 @@ def test_networks_agree_on_the_same_weights(twins):
     j_net = jx.QNetwork(3, 51, -100.0, 100.0)
     params = torch_to_flax_params(t_net)  # trunk Dense/LayerNorm, then the heads
     obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
-    np.testing.assert_allclose(t_net(torch.as_tensor(obs)).detach().numpy(), np.asarray(j_net.apply(params, obs)),
-                               atol=TOL, rtol=TOL)
-    np.testing.assert_allclose(t_net.q_values(torch.as_tensor(obs)).detach().numpy(),
-                               np.asarray(j_net.apply(params, obs, method="q_values")), atol=1e-4, rtol=TOL)
+    np.testing.assert_allclose(
+        t_net(torch.as_tensor(obs)).detach().numpy(), np.asarray(j_net.apply(params, obs)), atol=TOL, rtol=TOL
+    )
+    np.testing.assert_allclose(
+        t_net.q_values(torch.as_tensor(obs)).detach().numpy(),
+        np.asarray(j_net.apply(params, obs, method="q_values")),
+        atol=1e-4,
+        rtol=TOL,
+    )

@@ -1,11 +1,13 @@
 """Tier 2 for count_bonus: the twins' module-level math agrees within 1e-5 on identical random inputs
 (with episode ends), values and gradients; the framework-neutral count bookkeeping gives the same keys
 and counts in both."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -48,7 +50,9 @@ def test_count_bonus_and_gradient_parity(twins, batch):
     b_t = pt.count_bonus(n, 0.3)
     b_t.sum().backward()
     b_j, g_j = jax.value_and_grad(lambda c: jx.count_bonus(c, 0.3).sum())(batch["counts"])
-    np.testing.assert_allclose(b_t.detach().numpy(), np.asarray(jx.count_bonus(batch["counts"], 0.3)), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        b_t.detach().numpy(), np.asarray(jx.count_bonus(batch["counts"], 0.3)), atol=TOL, rtol=TOL
+    )
     np.testing.assert_allclose(n.grad.numpy(), np.asarray(g_j), atol=TOL, rtol=TOL)  # -beta / (2 N^1.5)
 
 
@@ -113,7 +117,9 @@ def test_policy_loss_and_gradient_parity(twins, batch, clip_coef):
 def test_value_loss_and_gradient_parity(twins, batch, clip_coef):
     pt, jx = twins
     v = torch.tensor(batch["v"], requires_grad=True)
-    loss_t = pt.ppo_value_loss(v, torch.as_tensor(batch["v_old"]), torch.as_tensor(batch["returns"]), clip_coef)
+    loss_t = pt.ppo_value_loss(
+        v, torch.as_tensor(batch["v_old"]), torch.as_tensor(batch["returns"]), clip_coef
+    )
     loss_t.backward()
     f = lambda v: jx.ppo_value_loss(v, batch["v_old"], batch["returns"], clip_coef)
     loss_j, g_v = jax.value_and_grad(f)(batch["v"])

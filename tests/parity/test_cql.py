@@ -3,11 +3,13 @@ tanh Jacobian, squashed samples and log-probs, the conservative penalty, both ta
 actor, temperature and Lagrange-weight losses) and their gradients agree within 1e-5; the networks (critic, discrete
 Q network, actor) are the same function on the same weights; run_episodes gives the same returns for
 the same policy."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -24,19 +26,28 @@ def batch(request):
     B, K, A = 64, 12, 2
     f32 = lambda x: np.asarray(x, dtype=np.float32)  # noqa: E731
     return {
-        "mean": f32(rng.normal(size=(B, A))), "log_std": f32(rng.uniform(-3, 1, size=(B, A))),
-        "noise": f32(rng.normal(size=(B, A))), "scale": f32([2.0, 0.5]), "bias": f32([0.0, 0.25]),
-        "q_data": f32(rng.normal(scale=20, size=B)), "q_sampled": f32(rng.normal(scale=20, size=(B, K))),
-        "log_density": f32(rng.normal(scale=2, size=(B, K))), "rewards": f32(rng.normal(size=B)),
-        "terminals": f32(rng.random(B) < 0.1), "next_q1": f32(rng.normal(size=B)), "next_q2": f32(rng.normal(size=B)),
-        "next_q_all": f32(rng.normal(size=(B, 3))), "target": f32(rng.normal(size=B)),
+        "mean": f32(rng.normal(size=(B, A))),
+        "log_std": f32(rng.uniform(-3, 1, size=(B, A))),
+        "noise": f32(rng.normal(size=(B, A))),
+        "scale": f32([2.0, 0.5]),
+        "bias": f32([0.0, 0.25]),
+        "q_data": f32(rng.normal(scale=20, size=B)),
+        "q_sampled": f32(rng.normal(scale=20, size=(B, K))),
+        "log_density": f32(rng.normal(scale=2, size=(B, K))),
+        "rewards": f32(rng.normal(size=B)),
+        "terminals": f32(rng.random(B) < 0.1),
+        "next_q1": f32(rng.normal(size=B)),
+        "next_q2": f32(rng.normal(size=B)),
+        "next_q_all": f32(rng.normal(size=(B, 3))),
+        "target": f32(rng.normal(size=B)),
         "log_prob": f32(rng.normal(size=B)),
     }
 
 
 def close(a, b):
-    np.testing.assert_allclose(np.asarray(a.detach() if isinstance(a, torch.Tensor) else a), np.asarray(b),
-                               atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        np.asarray(a.detach() if isinstance(a, torch.Tensor) else a), np.asarray(b), atol=TOL, rtol=TOL
+    )
 
 
 def test_sampling_and_jacobian_parity(twins, batch):
@@ -44,7 +55,9 @@ def test_sampling_and_jacobian_parity(twins, batch):
     T = lambda k: torch.as_tensor(batch[k])  # noqa: E731
     close(pt.tanh_log_det_jacobian(T("noise") * 4), jx.tanh_log_det_jacobian(batch["noise"] * 4))
     a_t, lp_t = pt.sample_squashed(T("mean"), T("log_std"), T("noise"), T("scale"), T("bias"))
-    a_j, lp_j = jx.sample_squashed(batch["mean"], batch["log_std"], batch["noise"], batch["scale"], batch["bias"])
+    a_j, lp_j = jx.sample_squashed(
+        batch["mean"], batch["log_std"], batch["noise"], batch["scale"], batch["bias"]
+    )
     close(a_t, a_j)
     close(lp_t, lp_j)
 
@@ -52,15 +65,26 @@ def test_sampling_and_jacobian_parity(twins, batch):
 def test_penalty_targets_and_losses_parity(twins, batch):
     pt, jx = twins
     T = lambda k: torch.as_tensor(batch[k])  # noqa: E731
-    close(pt.conservative_target(T("rewards"), T("terminals"), T("next_q1"), T("next_q2"), 0.99),
-          jx.conservative_target(batch["rewards"], batch["terminals"], batch["next_q1"], batch["next_q2"], 0.99))
-    close(pt.max_q_target(T("next_q_all"), T("rewards"), T("terminals"), 0.99),
-          jx.max_q_target(batch["next_q_all"], batch["rewards"], batch["terminals"], 0.99))
-    close(pt.cql_penalty(T("q_data"), T("q_sampled"), T("log_density")),
-          jx.cql_penalty(batch["q_data"], batch["q_sampled"], batch["log_density"]))
+    close(
+        pt.conservative_target(T("rewards"), T("terminals"), T("next_q1"), T("next_q2"), 0.99),
+        jx.conservative_target(
+            batch["rewards"], batch["terminals"], batch["next_q1"], batch["next_q2"], 0.99
+        ),
+    )
+    close(
+        pt.max_q_target(T("next_q_all"), T("rewards"), T("terminals"), 0.99),
+        jx.max_q_target(batch["next_q_all"], batch["rewards"], batch["terminals"], 0.99),
+    )
+    close(
+        pt.cql_penalty(T("q_data"), T("q_sampled"), T("log_density")),
+        jx.cql_penalty(batch["q_data"], batch["q_sampled"], batch["log_density"]),
+    )
 
     # the critic loss and its gradients in Q(s, a_data) and Q(s, a_k)
-    q, qs = torch.tensor(batch["q_data"], requires_grad=True), torch.tensor(batch["q_sampled"], requires_grad=True)
+    q, qs = (
+        torch.tensor(batch["q_data"], requires_grad=True),
+        torch.tensor(batch["q_sampled"], requires_grad=True),
+    )
     total_t, bellman_t, penalty_t = pt.cql_critic_loss(q, T("target"), qs, T("log_density"), 5.0)
     total_t.backward()
     fn = lambda a, b: jx.cql_critic_loss(a, batch["target"], b, batch["log_density"], 5.0)  # noqa: E731
@@ -72,10 +96,15 @@ def test_penalty_targets_and_losses_parity(twins, batch):
     close(qs.grad, g_qs)
 
     # the actor loss and its gradients
-    q1, q2 = torch.tensor(batch["next_q1"], requires_grad=True), torch.tensor(batch["next_q2"], requires_grad=True)
+    q1, q2 = (
+        torch.tensor(batch["next_q1"], requires_grad=True),
+        torch.tensor(batch["next_q2"], requires_grad=True),
+    )
     lp = torch.tensor(batch["log_prob"], requires_grad=True)
     pt.sac_actor_loss(q1, q2, lp, 0.2).backward()
-    grads = jax.grad(jx.sac_actor_loss, argnums=(0, 1, 2))(batch["next_q1"], batch["next_q2"], batch["log_prob"], 0.2)
+    grads = jax.grad(jx.sac_actor_loss, argnums=(0, 1, 2))(
+        batch["next_q1"], batch["next_q2"], batch["log_prob"], 0.2
+    )
     for x, y in zip((q1.grad, q2.grad, lp.grad), grads):
         close(x, y)
 
@@ -106,11 +135,14 @@ def test_networks_agree_on_the_same_weights(twins):
     torch.manual_seed(0)
     obs_dim, hidden, B = 3, 32, 64
     import gymnasium as gym
+
     box = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
     nets = pt.make_networks(obs_dim, box, hidden, False)
     agent = jx.make_networks(obs_dim, box, hidden, False)
-    params = {"actor": _tree(nets["actor"]),
-              "qf": jax.tree.map(lambda a, b: jnp.stack([a, b]), _tree(nets["qf1"]), _tree(nets["qf2"]))}
+    params = {
+        "actor": _tree(nets["actor"]),
+        "qf": jax.tree.map(lambda a, b: jnp.stack([a, b]), _tree(nets["qf1"]), _tree(nets["qf2"])),
+    }
     obs = np.random.default_rng(0).normal(size=(B, obs_dim)).astype(np.float32)
     with torch.no_grad():
         mean_t, log_std_t = nets["actor"](torch.as_tensor(obs))
@@ -136,6 +168,7 @@ def test_networks_agree_on_the_same_weights(twins):
 def test_run_episodes_is_the_same_loop(twins):
     pt, jx = twins
     import offline_data
+
     expert = offline_data.expert_policy("Pendulum-v1")
     r_t = pt.run_episodes(expert, "Pendulum-v1", 3, 10_000)
     r_j = jx.run_episodes(expert, "Pendulum-v1", 3, 10_000)

@@ -2,11 +2,13 @@
 and their gradients agree within 1e-5; the numpy parts (beta schedule, mixture, aggregate, the
 labelled rollout with the same learner) give identical numbers; and the policy network is the same
 function on the same weights."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -23,17 +25,25 @@ def batch(request):
     B, A, N = 256, 2, 3
     f32 = lambda x: np.asarray(x, dtype=np.float32)
     low, high = f32(-rng.uniform(0.5, 3.0, size=A)), f32(rng.uniform(0.5, 3.0, size=A))
-    return {"pre_tanh": f32(rng.normal(scale=2.0, size=(B, A))), "scale": f32((high - low) / 2),
-            "bias": f32((high + low) / 2), "actions": f32(rng.uniform(low, high, size=(B, A))),
-            "logits": f32(rng.normal(scale=2.0, size=(B, N))), "labels": rng.integers(0, N, size=B),
-            "coins": rng.random(B), "beta": float(rng.random())}
+    return {
+        "pre_tanh": f32(rng.normal(scale=2.0, size=(B, A))),
+        "scale": f32((high - low) / 2),
+        "bias": f32((high + low) / 2),
+        "actions": f32(rng.uniform(low, high, size=(B, A))),
+        "logits": f32(rng.normal(scale=2.0, size=(B, N))),
+        "labels": rng.integers(0, N, size=B),
+        "coins": rng.random(B),
+        "beta": float(rng.random()),
+    }
 
 
 def test_losses_and_gradients(twins, batch):
     pt, jx = twins
     x = torch.tensor(batch["pre_tanh"], requires_grad=True)
-    loss_t = pt.bc_mse_loss(pt.squash_actions(x, torch.as_tensor(batch["scale"]), torch.as_tensor(batch["bias"])),
-                            torch.as_tensor(batch["actions"]))
+    loss_t = pt.bc_mse_loss(
+        pt.squash_actions(x, torch.as_tensor(batch["scale"]), torch.as_tensor(batch["bias"])),
+        torch.as_tensor(batch["actions"]),
+    )
     loss_t.backward()
     f = lambda x: jx.bc_mse_loss(jx.squash_actions(x, batch["scale"], batch["bias"]), batch["actions"])
     loss_j, grad_j = jax.value_and_grad(f)(batch["pre_tanh"])
@@ -43,19 +53,27 @@ def test_losses_and_gradients(twins, batch):
     x = torch.tensor(batch["logits"], requires_grad=True)
     loss_t = pt.bc_cross_entropy_loss(x, torch.as_tensor(batch["labels"]))
     loss_t.backward()
-    loss_j, grad_j = jax.value_and_grad(jx.bc_cross_entropy_loss)(batch["logits"], jnp.asarray(batch["labels"]))
+    loss_j, grad_j = jax.value_and_grad(jx.bc_cross_entropy_loss)(
+        batch["logits"], jnp.asarray(batch["labels"])
+    )
     assert abs(loss_t.item() - float(loss_j)) < TOL * max(1.0, abs(float(loss_j)))
     np.testing.assert_allclose(x.grad.numpy(), np.asarray(grad_j), atol=TOL, rtol=TOL)
-    np.testing.assert_array_equal(pt.greedy_actions(torch.as_tensor(batch["logits"])).numpy(),
-                                  np.asarray(jx.greedy_actions(batch["logits"])))
+    np.testing.assert_array_equal(
+        pt.greedy_actions(torch.as_tensor(batch["logits"])).numpy(),
+        np.asarray(jx.greedy_actions(batch["logits"])),
+    )
 
 
 def test_numpy_parts_agree(twins, batch):
     pt, jx = twins
     for decay in (0.0, 0.3, 1.0):
-        assert [pt.beta_schedule(i, decay) for i in range(5)] == [jx.beta_schedule(i, decay) for i in range(5)]
-    np.testing.assert_array_equal(pt.mixture_actions(batch["actions"], -batch["actions"], batch["coins"], batch["beta"]),
-                                  jx.mixture_actions(batch["actions"], -batch["actions"], batch["coins"], batch["beta"]))
+        assert [pt.beta_schedule(i, decay) for i in range(5)] == [
+            jx.beta_schedule(i, decay) for i in range(5)
+        ]
+    np.testing.assert_array_equal(
+        pt.mixture_actions(batch["actions"], -batch["actions"], batch["coins"], batch["beta"]),
+        jx.mixture_actions(batch["actions"], -batch["actions"], batch["coins"], batch["beta"]),
+    )
     bufs = [(np.zeros((512, 2), np.float32), np.zeros((512, 2), np.float32)) for _ in range(2)]
     sizes = [m.aggregate(*b, 100, batch["pre_tanh"], batch["actions"]) for m, b in zip(twins, bufs)]
     assert sizes == [356, 356]

@@ -2,11 +2,13 @@
 dynamic_sample, aggregate_loss and dapo_loss (value and gradient) agree within 1e-4 on identical
 random inputs, and the whole chain -- one checkpoint, one batch of prompts and sampled-looking
 completions of DAPO's length budget, token log-probs, shaped rewards, DAPO loss -- agrees too."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -26,7 +28,7 @@ def batch(request):
     mask = np.zeros((B, T), dtype=np.float32)
     mask[:, 5:] = 1.0
     mask[rng.random(B) < 0.3, 8:] = 0.0  # early <eos>: padding
-    mask[rng.random(B) < 0.1] = 0.0      # a masked-out row (overlong filtering)
+    mask[rng.random(B) < 0.1] = 0.0  # a masked-out row (overlong filtering)
     return {
         "rewards": f32(rng.random((8, 4)) < 0.4) - 0.5 * f32(rng.random((8, 4)) < 0.2),
         "lengths": f32(rng.integers(1, 9, size=40)),
@@ -69,7 +71,11 @@ def test_dynamic_sampling_parity(twins, batch):
 
     def sampler():
         rng = np.random.default_rng(batch["seed"])
-        return lambda: {"x": rng.integers(0, 100, 8), "correct": (rng.random((8, 4)) < 0.3).astype(np.float32)}
+        return lambda: {
+            "x": rng.integers(0, 100, 8),
+            "correct": (rng.random((8, 4)) < 0.3).astype(np.float32),
+        }
+
     out_t = pt.dynamic_sample(sampler(), 6, 5)
     out_j = jx.dynamic_sample(sampler(), 6, 5)
     assert out_t[1] == out_j[1]
@@ -85,11 +91,15 @@ def test_aggregate_loss_and_gradient_parity(twins, batch, token_level):
     out_t.backward()
     f = lambda x: jx.aggregate_loss(x, jnp.asarray(batch["mask"]), token_level)
     assert abs(out_t.item() - float(f(jnp.asarray(batch["logp"])))) < TOL
-    np.testing.assert_allclose(x.grad.numpy(), np.asarray(jax.grad(f)(jnp.asarray(batch["logp"]))), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        x.grad.numpy(), np.asarray(jax.grad(f)(jnp.asarray(batch["logp"]))), atol=TOL, rtol=TOL
+    )
 
 
-@pytest.mark.parametrize("clip_low,clip_high,kl_coef,token_level",
-                         [(0.2, 0.28, 0.0, True), (0.2, 0.2, 0.04, False), (0.1, 0.5, 0.5, True)])
+@pytest.mark.parametrize(
+    "clip_low,clip_high,kl_coef,token_level",
+    [(0.2, 0.28, 0.0, True), (0.2, 0.2, 0.04, False), (0.1, 0.5, 0.5, True)],
+)
 def test_dapo_loss_and_gradient_parity(twins, batch, clip_low, clip_high, kl_coef, token_level):
     pt, jx = twins
     others = [batch[k] for k in ("old_logp", "ref_logp", "advantages", "mask")]
@@ -117,7 +127,7 @@ def test_dapo_loss_on_one_checkpoint_and_batch(twins, tmp_path):
     rng = np.random.default_rng(0)
     pairs = tasks.make_splits(2, 16)[1].repeat(4, axis=0)
     completions = rng.integers(2, 12, size=(64, 6))
-    completions[::3, 3] = tasks.EOS   # well-formed length 4
+    completions[::3, 3] = tasks.EOS  # well-formed length 4
     completions[1::3, 4] = tasks.EOS  # length 5: in the penalty zone; the rest are truncated
     comp_mask = tasks.completion_mask(completions)
     lengths = comp_mask.sum(-1)
@@ -128,27 +138,40 @@ def test_dapo_loss_on_one_checkpoint_and_batch(twins, tmp_path):
     correct[::8] = 1.0  # make some groups non-uniform
 
     def chain_torch():
-        policy, ref = lm_t.load_checkpoint(tmp_path / "policy.npz"), lm_t.load_checkpoint(tmp_path / "ref.npz")
+        policy, ref = (
+            lm_t.load_checkpoint(tmp_path / "policy.npz"),
+            lm_t.load_checkpoint(tmp_path / "ref.npz"),
+        )
         x, y = torch.as_tensor(inputs), torch.as_tensor(labels)
         logp = lm_t.token_logps(policy(x), y, 0.8).detach().requires_grad_(True)
         ref_logp = lm_t.token_logps(ref(x), y, 0.8).detach()
         rewards = torch.as_tensor(correct) + pt.overlong_penalty(torch.as_tensor(lengths), 6, 2)
         adv = pt.group_advantages(rewards.reshape(16, 4)).reshape(-1)
-        loss, kl, low, high = pt.dapo_loss(logp, logp.detach() + 0.1, ref_logp, adv, torch.as_tensor(mask),
-                                           0.2, 0.28, 0.04)
+        loss, kl, low, high = pt.dapo_loss(
+            logp, logp.detach() + 0.1, ref_logp, adv, torch.as_tensor(mask), 0.2, 0.28, 0.04
+        )
         loss.backward()
         return logp.detach().numpy(), adv.numpy(), loss.item(), kl.item(), low.item(), logp.grad.numpy()
 
     def chain_jax():
-        (model, params), (_, ref_params) = lm_j.load_checkpoint(tmp_path / "policy.npz"), lm_j.load_checkpoint(tmp_path / "ref.npz")
+        (model, params), (_, ref_params) = (
+            lm_j.load_checkpoint(tmp_path / "policy.npz"),
+            lm_j.load_checkpoint(tmp_path / "ref.npz"),
+        )
         logp = lm_j.token_logps(model.apply(params, jnp.asarray(inputs)), jnp.asarray(labels), 0.8)
         ref_logp = lm_j.token_logps(model.apply(ref_params, jnp.asarray(inputs)), jnp.asarray(labels), 0.8)
         rewards = jnp.asarray(correct) + jx.overlong_penalty(jnp.asarray(lengths), 6, 2)
         adv = jx.group_advantages(rewards.reshape(16, 4)).reshape(-1)
         f = lambda lp: jx.dapo_loss(lp, logp + 0.1, ref_logp, adv, jnp.asarray(mask), 0.2, 0.28, 0.04)
         loss, kl, low, _ = f(logp)
-        return (np.asarray(logp), np.asarray(adv), float(loss), float(kl), float(low),
-                np.asarray(jax.grad(lambda lp: f(lp)[0])(logp)))
+        return (
+            np.asarray(logp),
+            np.asarray(adv),
+            float(loss),
+            float(kl),
+            float(low),
+            np.asarray(jax.grad(lambda lp: f(lp)[0])(logp)),
+        )
 
     for a, b in zip(chain_torch(), chain_jax()):
         np.testing.assert_allclose(a, b, atol=TOL, rtol=TOL)

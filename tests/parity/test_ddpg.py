@@ -1,10 +1,12 @@
 """Tier 2 for DDPG: on identical parameters and batches (with terminations), the twins' targets,
 critic and actor losses and their gradients agree within 1e-5; the networks are the same function
 on the same weights, and so is the target they give."""
+
 import jax
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -34,7 +36,9 @@ def test_target_and_losses_parity(twins, seed):
     np.testing.assert_allclose(q_t.grad.numpy(), np.asarray(g_j), atol=TOL, rtol=TOL)
     q_t = torch.tensor(q, requires_grad=True)
     pt.ddpg_actor_loss(q_t).backward()
-    np.testing.assert_allclose(q_t.grad.numpy(), np.asarray(jax.grad(jx.ddpg_actor_loss)(q)), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        q_t.grad.numpy(), np.asarray(jax.grad(jx.ddpg_actor_loss)(q)), atol=TOL, rtol=TOL
+    )
 
 
 def test_networks_and_target_agree_on_the_same_weights(twins):
@@ -42,7 +46,10 @@ def test_networks_and_target_agree_on_the_same_weights(twins):
     torch.manual_seed(0)
     obs_dim, action_dim, hidden, B = 3, 2, 32, 64
     scale, bias = np.array([2.0, 0.5], np.float32), np.array([0.0, 0.25], np.float32)
-    t_actor, t_q = pt.Actor(obs_dim, action_dim, hidden, scale, bias), pt.QNetwork(obs_dim, action_dim, hidden)
+    t_actor, t_q = (
+        pt.Actor(obs_dim, action_dim, hidden, scale, bias),
+        pt.QNetwork(obs_dim, action_dim, hidden),
+    )
     agent = jx.Agent(obs_dim, action_dim, hidden, scale, bias)
     tree = torch_to_flax_params
     rng = np.random.default_rng(0)

@@ -1,9 +1,11 @@
 """Tier 2 for Double DQN: double_q_target and the TD loss through it agree between the twins
 within 1e-5 on identical random batches (with terminations)."""
+
 import jax
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-5
@@ -19,9 +21,13 @@ def batch(request):
     rng = np.random.default_rng(request.param)
     B, A = 128, 3
     f32 = lambda x: np.asarray(x, dtype=np.float32)
-    return {"next_q_online": f32(rng.normal(size=(B, A)) * 5), "next_q_target": f32(rng.normal(size=(B, A)) * 5),
-            "rewards": f32(rng.normal(size=B)), "dones": f32(rng.random(B) < 0.2),
-            "q_taken": f32(rng.normal(size=B) * 3)}
+    return {
+        "next_q_online": f32(rng.normal(size=(B, A)) * 5),
+        "next_q_target": f32(rng.normal(size=(B, A)) * 5),
+        "rewards": f32(rng.normal(size=B)),
+        "dones": f32(rng.random(B) < 0.2),
+        "q_taken": f32(rng.normal(size=B) * 3),
+    }
 
 
 def test_double_q_target_parity(twins, batch):

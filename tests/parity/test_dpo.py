@@ -1,10 +1,12 @@
 """Tier 2 for DPO: dpo_loss and its gradients agree between the twins within 1e-4 on identical
 random sequence log-probs, and on one checkpoint and one batch of preference pairs."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -50,12 +52,23 @@ def test_pair_logps_and_dpo_loss_on_one_checkpoint(twins, tmp_path):
 
     policy, ref = lm_t.load_checkpoint(tmp_path / "policy.npz"), lm_t.load_checkpoint(tmp_path / "ref.npz")
     T = lambda x: torch.as_tensor(x)
-    lp_t = [pt.pair_logps(mdl, T(prompts), T(c), T(mk)) for mdl in (policy, ref) for c, mk in ((chosen, cm), (rejected, rm))]
+    lp_t = [
+        pt.pair_logps(mdl, T(prompts), T(c), T(mk))
+        for mdl in (policy, ref)
+        for c, mk in ((chosen, cm), (rejected, rm))
+    ]
     loss_t = pt.dpo_loss(*lp_t, 0.1)[0]
 
-    (model, params), (_, ref_params) = lm_j.load_checkpoint(tmp_path / "policy.npz"), lm_j.load_checkpoint(tmp_path / "ref.npz")
+    (model, params), (_, ref_params) = (
+        lm_j.load_checkpoint(tmp_path / "policy.npz"),
+        lm_j.load_checkpoint(tmp_path / "ref.npz"),
+    )
     J = jnp.asarray
-    lp_j = [jx.pair_logps(model, p, J(prompts), J(c), J(mk)) for p in (params, ref_params) for c, mk in ((chosen, cm), (rejected, rm))]
+    lp_j = [
+        jx.pair_logps(model, p, J(prompts), J(c), J(mk))
+        for p in (params, ref_params)
+        for c, mk in ((chosen, cm), (rejected, rm))
+    ]
     loss_j = jx.dpo_loss(*lp_j, 0.1)[0]
     for a, b in zip(lp_t, lp_j):
         np.testing.assert_allclose(a.detach().numpy(), np.asarray(b), atol=TOL, rtol=TOL)

@@ -1,10 +1,12 @@
 """Tier 2 for DQN: the twins' module-level math agrees within 1e-5 on identical random batches
 (with terminations), values and gradients, and the two Q-networks are the same function."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -54,7 +56,9 @@ def test_td_loss_and_gradient_parity(twins, batch):
 def test_linear_schedule_parity(twins):
     pt, jx = twins
     for t in (0, 1, 250, 999, 1000, 10_000):
-        assert pt.linear_schedule(1.0, 0.05, 1000, t) == pytest.approx(jx.linear_schedule(1.0, 0.05, 1000, t), abs=1e-12)
+        assert pt.linear_schedule(1.0, 0.05, 1000, t) == pytest.approx(
+            jx.linear_schedule(1.0, 0.05, 1000, t), abs=1e-12
+        )
 
 
 def test_networks_and_loss_agree_on_the_same_weights(twins, batch):
@@ -69,12 +73,17 @@ def test_networks_and_loss_agree_on_the_same_weights(twins, batch):
     obs = rng.normal(size=(128, 4)).astype(np.float32)
     next_obs = rng.normal(size=(128, 4)).astype(np.float32)
     actions = rng.integers(0, 3, size=128)
-    np.testing.assert_allclose(t_net(torch.as_tensor(obs)).detach().numpy(), np.asarray(j_net.apply(params, obs)),
-                               atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        t_net(torch.as_tensor(obs)).detach().numpy(), np.asarray(j_net.apply(params, obs)), atol=TOL, rtol=TOL
+    )
 
     with torch.no_grad():
-        y = pt.max_q_target(t_target(torch.as_tensor(next_obs)), torch.as_tensor(batch["rewards"]),
-                            torch.as_tensor(batch["dones"]), 0.99)
+        y = pt.max_q_target(
+            t_target(torch.as_tensor(next_obs)),
+            torch.as_tensor(batch["rewards"]),
+            torch.as_tensor(batch["dones"]),
+            0.99,
+        )
     q_taken = t_net(torch.as_tensor(obs)).gather(1, torch.as_tensor(actions)[:, None]).squeeze(1)
     loss_t = pt.td_loss(q_taken, y)
     loss_t.backward()
@@ -83,6 +92,7 @@ def test_networks_and_loss_agree_on_the_same_weights(twins, batch):
         y = jx.max_q_target(j_net.apply(target_params, next_obs), batch["rewards"], batch["dones"], 0.99)
         q = jnp.take_along_axis(j_net.apply(params, obs), jnp.asarray(actions)[:, None], axis=-1).squeeze(-1)
         return jx.td_loss(q, y)
+
     value, grads = jax.value_and_grad(loss_j)(params)
     assert abs(loss_t.item() - float(value)) < TOL
     layers = [l for l in t_net.modules() if isinstance(l, torch.nn.Linear)]

@@ -2,11 +2,13 @@
 gradient, both loss types) agree within 1e-4 on identical random inputs, and the whole chain -- one
 checkpoint, one batch of prompts and sampled-looking completions, token log-probs, Dr. GRPO loss --
 agrees too."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -59,7 +61,9 @@ def test_aggregate_and_gradient_parity(twins, batch, loss_type):
     out_t.backward()
     f = lambda x: jx.aggregate(x, batch["mask"], 4.0, loss_type)
     assert abs(out_t.item() - float(f(batch["per_token"]))) < TOL
-    np.testing.assert_allclose(x.grad.numpy(), np.asarray(jax.grad(f)(batch["per_token"])), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        x.grad.numpy(), np.asarray(jax.grad(f)(batch["per_token"])), atol=TOL, rtol=TOL
+    )
 
 
 @pytest.mark.parametrize("clip_coef,kl_coef", [(0.2, 0.0), (0.1, 0.04), (0.3, 0.5)])
@@ -101,18 +105,25 @@ def test_dr_grpo_loss_on_one_checkpoint_and_batch(twins, tmp_path):
     max_len = float(tasks.completion_len(2))
 
     def chain_torch():
-        policy, ref = lm_t.load_checkpoint(tmp_path / "policy.npz"), lm_t.load_checkpoint(tmp_path / "ref.npz")
+        policy, ref = (
+            lm_t.load_checkpoint(tmp_path / "policy.npz"),
+            lm_t.load_checkpoint(tmp_path / "ref.npz"),
+        )
         x, y = torch.as_tensor(inputs), torch.as_tensor(labels)
         logp = lm_t.token_logps(policy(x), y, 0.8).detach().requires_grad_(True)
         ref_logp = lm_t.token_logps(ref(x), y, 0.8).detach()
         adv = pt.group_advantages(torch.as_tensor(rewards)).reshape(-1)
-        loss, kl, clip = pt.dr_grpo_loss(logp, logp.detach() + 0.1, ref_logp, adv, torch.as_tensor(mask),
-                                         0.2, 0.04, max_len)
+        loss, kl, clip = pt.dr_grpo_loss(
+            logp, logp.detach() + 0.1, ref_logp, adv, torch.as_tensor(mask), 0.2, 0.04, max_len
+        )
         loss.backward()
         return logp.detach().numpy(), loss.item(), kl.item(), logp.grad.numpy()
 
     def chain_jax():
-        (model, params), (_, ref_params) = lm_j.load_checkpoint(tmp_path / "policy.npz"), lm_j.load_checkpoint(tmp_path / "ref.npz")
+        (model, params), (_, ref_params) = (
+            lm_j.load_checkpoint(tmp_path / "policy.npz"),
+            lm_j.load_checkpoint(tmp_path / "ref.npz"),
+        )
         logp = lm_j.token_logps(model.apply(params, jnp.asarray(inputs)), jnp.asarray(labels), 0.8)
         ref_logp = lm_j.token_logps(model.apply(ref_params, jnp.asarray(inputs)), jnp.asarray(labels), 0.8)
         adv = jx.group_advantages(jnp.asarray(rewards)).reshape(-1)

@@ -7,11 +7,13 @@ the same weights (mean, bounded log std, the squashed sample and log-prob for th
 deterministic action, gradients in every weight), and the MLP heads (torch `mlp`, JAX `MLP`, as the
 value, reward and decoder heads, checked against the trees of `make_networks`) on the same weights,
 with the critic loss gradients, agree within 1e-5."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_dense
 
 TOL = 1e-5
@@ -32,16 +34,24 @@ def data(request):
         "raw": f32(rng.normal(size=(B, 2 * S))),
         "parts": f32(rng.normal(size=(B, 3 * S))),
         "h": f32(rng.normal(size=(B, S))),
-        "m1": f32(rng.normal(size=(B, S))), "s1": f32(rng.uniform(0.1, 2.0, size=(B, S))),
-        "m2": f32(rng.normal(size=(B, S))), "s2": f32(rng.uniform(0.1, 2.0, size=(B, S))),
-        "obs_pred": f32(rng.normal(size=(B, 7, 3))), "obs": f32(rng.normal(size=(B, 7, 3))),
-        "reward_pred": f32(rng.normal(size=(B, 7))), "rewards": f32(rng.normal(size=(B, 7))),
+        "m1": f32(rng.normal(size=(B, S))),
+        "s1": f32(rng.uniform(0.1, 2.0, size=(B, S))),
+        "m2": f32(rng.normal(size=(B, S))),
+        "s2": f32(rng.uniform(0.1, 2.0, size=(B, S))),
+        "obs_pred": f32(rng.normal(size=(B, 7, 3))),
+        "obs": f32(rng.normal(size=(B, 7, 3))),
+        "reward_pred": f32(rng.normal(size=(B, 7))),
+        "rewards": f32(rng.normal(size=(B, 7))),
         "reward_mask": f32(rng.uniform(size=(B, 7)) < 0.8),
-        "mean": f32(rng.normal(size=(B, 2))), "log_std": f32(rng.uniform(-3, 1, size=(B, 2))),
+        "mean": f32(rng.normal(size=(B, 2))),
+        "log_std": f32(rng.uniform(-3, 1, size=(B, 2))),
         "noise": f32(rng.normal(size=(B, 2))),
-        "img_rewards": f32(rng.normal(size=(H, B))), "img_values": f32(rng.normal(size=(H, B))),
-        "discounts": discounts, "bootstrap": f32(rng.normal(size=B)),
-        "log_probs": f32(rng.normal(size=(H, B))), "weights": f32(rng.uniform(size=(H, B))),
+        "img_rewards": f32(rng.normal(size=(H, B))),
+        "img_values": f32(rng.normal(size=(H, B))),
+        "discounts": discounts,
+        "bootstrap": f32(rng.normal(size=B)),
+        "log_probs": f32(rng.normal(size=(H, B))),
+        "weights": f32(rng.uniform(size=(H, B))),
     }
 
 
@@ -53,8 +63,9 @@ def torch_grads(f, *arrays):
     leaves = [torch.tensor(a, requires_grad=True) for a in arrays]
     out = f(*leaves)
     out.backward()
-    return out.detach().numpy(), [np.zeros_like(a) if leaf.grad is None else leaf.grad.numpy()
-                                  for a, leaf in zip(arrays, leaves)]  # no gradient path: zeros, as JAX
+    return out.detach().numpy(), [
+        np.zeros_like(a) if leaf.grad is None else leaf.grad.numpy() for a, leaf in zip(arrays, leaves)
+    ]  # no gradient path: zeros, as JAX
 
 
 def jax_grads(f, *arrays):
@@ -81,7 +92,10 @@ def test_gaussian_head_and_gru_parity(twins, data):
 def test_kl_and_kl_balance_parity_with_gradients(twins, data, free_nats):
     pt, jx = twins
     names = ("m1", "s1", "m2", "s2")
-    assert_same(pt.gaussian_kl(*(T(data[k]) for k in names)).numpy(), np.asarray(jx.gaussian_kl(*(data[k] for k in names))))
+    assert_same(
+        pt.gaussian_kl(*(T(data[k]) for k in names)).numpy(),
+        np.asarray(jx.gaussian_kl(*(data[k] for k in names))),
+    )
     vt, gt = torch_grads(lambda *a: pt.kl_balance_loss(*a, 0.8, free_nats)[0], *(data[k] for k in names))
     vj, gj = jax_grads(lambda *a: jx.kl_balance_loss(*a, 0.8, free_nats)[0], *(data[k] for k in names))
     assert_same(vt, vj)
@@ -95,18 +109,30 @@ def test_kl_and_kl_balance_parity_with_gradients(twins, data, free_nats):
 def test_world_model_loss_parity_with_gradients(twins, data):
     pt, jx = twins
     args = ("obs_pred", "reward_pred")
-    f_t = lambda op, rp, kl: pt.world_model_loss(op, T(data["obs"]), rp, T(data["rewards"]), T(data["reward_mask"]), kl, 0.7)[0]
-    f_j = lambda op, rp, kl: jx.world_model_loss(op, data["obs"], rp, data["rewards"], data["reward_mask"], kl, 0.7)[0]
+    f_t = lambda op, rp, kl: pt.world_model_loss(
+        op, T(data["obs"]), rp, T(data["rewards"]), T(data["reward_mask"]), kl, 0.7
+    )[0]
+    f_j = lambda op, rp, kl: jx.world_model_loss(
+        op, data["obs"], rp, data["rewards"], data["reward_mask"], kl, 0.7
+    )[0]
     kl = np.float32(1.3)
     vt, gt = torch_grads(f_t, *(data[k] for k in args), np.asarray(kl))
     vj, gj = jax_grads(f_j, *(data[k] for k in args), kl)
     assert_same(vt, vj)
     for a, b in zip(gt, gj):
         assert_same(a, b)
-    parts_t = pt.world_model_loss(T(data["obs_pred"]), T(data["obs"]), T(data["reward_pred"]), T(data["rewards"]),
-                                  T(data["reward_mask"]), T(kl), 0.7)
-    parts_j = jx.world_model_loss(data["obs_pred"], data["obs"], data["reward_pred"], data["rewards"],
-                                  data["reward_mask"], kl, 0.7)
+    parts_t = pt.world_model_loss(
+        T(data["obs_pred"]),
+        T(data["obs"]),
+        T(data["reward_pred"]),
+        T(data["rewards"]),
+        T(data["reward_mask"]),
+        T(kl),
+        0.7,
+    )
+    parts_j = jx.world_model_loss(
+        data["obs_pred"], data["obs"], data["reward_pred"], data["rewards"], data["reward_mask"], kl, 0.7
+    )
     for a, b in zip(parts_t, parts_j):
         assert_same(a.numpy(), np.asarray(b))
 
@@ -114,7 +140,9 @@ def test_world_model_loss_parity_with_gradients(twins, data):
 def test_squashed_sample_parity_with_gradients(twins, data):
     pt, jx = twins
     scale, bias = np.array([2.0, 0.5], np.float32), np.array([0.0, 0.1], np.float32)
-    assert_same(pt.tanh_log_det_jacobian(T(data["mean"])).numpy(), np.asarray(jx.tanh_log_det_jacobian(data["mean"])))
+    assert_same(
+        pt.tanh_log_det_jacobian(T(data["mean"])).numpy(), np.asarray(jx.tanh_log_det_jacobian(data["mean"]))
+    )
     f_t = lambda m, s: sum(x.sum() for x in pt.sample_squashed(m, s, T(data["noise"]), T(scale), T(bias)))
     f_j = lambda m, s: sum(x.sum() for x in jx.sample_squashed(m, s, data["noise"], scale, bias))
     vt, gt = torch_grads(f_t, data["mean"], data["log_std"])
@@ -128,14 +156,18 @@ def test_lambda_returns_weights_and_losses_parity_with_gradients(twins, data):
     pt, jx = twins
     names = ("img_rewards", "img_values", "bootstrap")
     for lam in (0.0, 0.95, 1.0):
-        f_t = lambda r, v, b: (pt.lambda_returns(r, v, T(data["discounts"]), b, lam) * T(data["weights"])).sum()
+        f_t = lambda r, v, b: (
+            pt.lambda_returns(r, v, T(data["discounts"]), b, lam) * T(data["weights"])
+        ).sum()
         f_j = lambda r, v, b: (jx.lambda_returns(r, v, data["discounts"], b, lam) * data["weights"]).sum()
         vt, gt = torch_grads(f_t, *(data[k] for k in names))
         vj, gj = jax_grads(f_j, *(data[k] for k in names))
         assert_same(vt, vj)
         for a, b in zip(gt, gj):
             assert_same(a, b)
-    assert_same(pt.discount_weights(T(data["discounts"])).numpy(), np.asarray(jx.discount_weights(data["discounts"])))
+    assert_same(
+        pt.discount_weights(T(data["discounts"])).numpy(), np.asarray(jx.discount_weights(data["discounts"]))
+    )
     f_t = lambda g, lp: pt.actor_loss_fn(g, lp, T(data["weights"]), 0.01)
     f_j = lambda g, lp: jx.actor_loss_fn(g, lp, data["weights"], 0.01)
     vt, gt = torch_grads(f_t, data["img_rewards"], data["log_probs"])
@@ -166,9 +198,9 @@ def test_imagine_parity_with_gradients(twins):
 
     def run(m, lib, w, p, h, z, noise, a_noise):
         img_step = lambda h, z, a, eps: (lib.tanh(lib.concatenate([h, z, a], -1) @ w), z * 0.9 + eps)
-        policy = lambda feat, eps: (lib.tanh(feat @ p) + 0.1 * eps, -(feat @ p)[..., 0] ** 2)
+        policy = lambda feat, eps: (lib.tanh(feat @ p) + 0.1 * eps, -((feat @ p)[..., 0] ** 2))
         feats, log_probs = m.imagine(img_step, policy, h, z, noise, a_noise)
-        return (feats ** 2).sum() + log_probs.sum()
+        return (feats**2).sum() + log_probs.sum()
 
     class TorchLib:
         tanh, concatenate = staticmethod(torch.tanh), staticmethod(torch.cat)
@@ -184,11 +216,20 @@ def torch_to_flax(t_model):
     """The torch world model's weights as the JAX twin's parameter pytree (kernels transposed)."""
     dense = torch_dense
     mlp = lambda seq: {f"Dense_{i}": dense(seq[2 * i]) for i in range(3)}
-    return {"params": {"encoder_1": dense(t_model.encoder[0]), "encoder_2": dense(t_model.encoder[2]),
-                       "img_in": dense(t_model.img_in), "gru": dense(t_model.gru),
-                       "prior_hidden": dense(t_model.prior_hidden), "prior_out": dense(t_model.prior_out),
-                       "post_hidden": dense(t_model.post_hidden), "post_out": dense(t_model.post_out),
-                       "decoder": mlp(t_model.decoder), "reward": mlp(t_model.reward)}}
+    return {
+        "params": {
+            "encoder_1": dense(t_model.encoder[0]),
+            "encoder_2": dense(t_model.encoder[2]),
+            "img_in": dense(t_model.img_in),
+            "gru": dense(t_model.gru),
+            "prior_hidden": dense(t_model.prior_hidden),
+            "prior_out": dense(t_model.prior_out),
+            "post_hidden": dense(t_model.post_hidden),
+            "post_out": dense(t_model.post_out),
+            "decoder": mlp(t_model.decoder),
+            "reward": mlp(t_model.reward),
+        }
+    }
 
 
 def test_rssm_on_the_same_weights(twins):
@@ -200,12 +241,20 @@ def test_rssm_on_the_same_weights(twins):
     t_model = pt.WorldModel(obs_dim, action_dim, D, S, Hd)
     j_model = jx.WorldModel(obs_dim, D, S, Hd)
     params = torch_to_flax(t_model)
-    template = j_model.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_dim)), jnp.zeros((1, D)), jnp.zeros((1, S)),
-                            jnp.zeros((1, action_dim)))
+    template = j_model.init(
+        jax.random.PRNGKey(0),
+        jnp.zeros((1, obs_dim)),
+        jnp.zeros((1, D)),
+        jnp.zeros((1, S)),
+        jnp.zeros((1, action_dim)),
+    )
     assert jax.tree_util.tree_structure(template) == jax.tree_util.tree_structure(params)
     rng = np.random.default_rng(0)
     f32 = lambda x: np.asarray(x, dtype=np.float32)
-    obs, prev_actions = f32(rng.normal(size=(B, L, obs_dim))), f32(rng.uniform(-2, 2, size=(B, L, action_dim)))
+    obs, prev_actions = (
+        f32(rng.normal(size=(B, L, obs_dim))),
+        f32(rng.uniform(-2, 2, size=(B, L, action_dim))),
+    )
     noise = f32(rng.normal(size=(L, B, S)))
     with torch.no_grad():
         st_t = pt.observe(t_model, T(obs), T(prev_actions), T(noise))
@@ -214,9 +263,14 @@ def test_rssm_on_the_same_weights(twins):
         assert_same(st_t[k].numpy(), np.asarray(st_j[k]))
     feat = np.concatenate([st_t["h"].numpy(), st_t["z"].numpy()], -1)
     with torch.no_grad():
-        assert_same(t_model.decoder(T(feat)).numpy(), np.asarray(j_model.apply(params, feat, method=jx.WorldModel.decode)))
-        assert_same(t_model.reward(T(feat)).squeeze(-1).numpy(),
-                    np.asarray(j_model.apply(params, feat, method=jx.WorldModel.reward_head)))
+        assert_same(
+            t_model.decoder(T(feat)).numpy(),
+            np.asarray(j_model.apply(params, feat, method=jx.WorldModel.decode)),
+        )
+        assert_same(
+            t_model.reward(T(feat)).squeeze(-1).numpy(),
+            np.asarray(j_model.apply(params, feat, method=jx.WorldModel.reward_head)),
+        )
     h0, z0 = st_t["h"].numpy()[-1], st_t["z"].numpy()[-1]
     img_noise, a_noise = f32(rng.normal(size=(3, B, S))), f32(rng.normal(size=(3, B, action_dim)))
     policy_t = lambda feat, eps: (torch.tanh(feat[:, :1]) + 0.1 * eps, feat.sum(-1))
@@ -230,8 +284,14 @@ def test_rssm_on_the_same_weights(twins):
 
 def actor_to_flax(t_actor):
     """The torch actor's weights as the JAX `Actor`'s pytree: the trunk, then the mean and log-std heads."""
-    return {"params": {"Dense_0": torch_dense(t_actor.trunk[0]), "Dense_1": torch_dense(t_actor.trunk[2]),
-                       "Dense_2": torch_dense(t_actor.mean), "Dense_3": torch_dense(t_actor.log_std)}}
+    return {
+        "params": {
+            "Dense_0": torch_dense(t_actor.trunk[0]),
+            "Dense_1": torch_dense(t_actor.trunk[2]),
+            "Dense_2": torch_dense(t_actor.mean),
+            "Dense_3": torch_dense(t_actor.log_std),
+        }
+    }
 
 
 def mlp_to_flax(t_mlp):
@@ -287,14 +347,15 @@ def test_actor_on_the_same_weights(twins, seed):
     assert log_std_t.min() < jx.LOG_STD_MIN + 1.0 and log_std_t.max() > jx.LOG_STD_MAX - 1.0
     assert_same(det_t.numpy(), np.asarray(jnp.tanh(mean_j) * scale + bias))  # as the JAX twin's evaluate
     action_t, log_prob_t = t_actor.sample(T(feat), T(noise))
-    ((action_t ** 2).sum(-1) + log_prob_t).mean().backward()
+    ((action_t**2).sum(-1) + log_prob_t).mean().backward()
 
     def sample_j(p):  # as the JAX twin's policy_sample
         return jx.sample_squashed(*j_actor.apply(p, feat), noise, scale, bias)
 
     def objective_j(p):
         action, log_prob = sample_j(p)
-        return ((action ** 2).sum(-1) + log_prob).mean()
+        return ((action**2).sum(-1) + log_prob).mean()
+
     action_j, log_prob_j = sample_j(params)
     assert_same(action_t.detach().numpy(), np.asarray(action_j))
     assert_same(log_prob_t.detach().numpy(), np.asarray(log_prob_j))
@@ -314,9 +375,11 @@ def test_mlp_heads_on_the_same_weights(twins, seed):
     torch.manual_seed(seed)
     obs_dim, A, D, S, Hd, H, B = 3, 1, 8, 4, 16, 5, 12
     _, _, j_critic, template = jx.make_networks(obs_dim, A, D, S, Hd, jax.random.PRNGKey(0))
-    heads = {"critic": (pt.mlp(D + S, Hd, 1), template["critic"]),
-             "reward": (pt.mlp(D + S, Hd, 1), {"params": template["world_model"]["params"]["reward"]}),
-             "decoder": (pt.mlp(D + S, Hd, obs_dim), {"params": template["world_model"]["params"]["decoder"]})}
+    heads = {
+        "critic": (pt.mlp(D + S, Hd, 1), template["critic"]),
+        "reward": (pt.mlp(D + S, Hd, 1), {"params": template["world_model"]["params"]["reward"]}),
+        "decoder": (pt.mlp(D + S, Hd, obs_dim), {"params": template["world_model"]["params"]["decoder"]}),
+    }
     rng = np.random.default_rng(seed)
     feat = rng.normal(scale=2.0, size=(H, B, D + S)).astype(np.float32)
     for name, (t_net, tree) in heads.items():
@@ -331,8 +394,11 @@ def test_mlp_heads_on_the_same_weights(twins, seed):
     loss_t = pt.critic_loss_fn(t_critic(T(feat)).squeeze(-1), T(targets), T(weights))
     loss_t.backward()
     loss_j, grads = jax.value_and_grad(
-        lambda p: jx.critic_loss_fn(j_critic.apply(p, feat).squeeze(-1), targets, weights))(mlp_to_flax(t_critic))
+        lambda p: jx.critic_loss_fn(j_critic.apply(p, feat).squeeze(-1), targets, weights)
+    )(mlp_to_flax(t_critic))
     assert_same(loss_t.detach().numpy(), np.asarray(loss_j))
     for i in range(3):
-        assert_same(t_critic[2 * i].weight.grad.numpy().T, np.asarray(grads["params"][f"Dense_{i}"]["kernel"]))
+        assert_same(
+            t_critic[2 * i].weight.grad.numpy().T, np.asarray(grads["params"][f"Dense_{i}"]["kernel"])
+        )
         assert_same(t_critic[2 * i].bias.grad.numpy(), np.asarray(grads["params"][f"Dense_{i}"]["bias"]))

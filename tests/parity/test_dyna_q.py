@@ -2,11 +2,13 @@
 models and transitions (with terminations, repeated pairs and the Dyna-Q+ bonus). The random
 functions (sample_pairs, epsilon_greedy, plan) draw from each framework's own generator: they are
 compared where the draw cannot matter and, elsewhere, by their distributions."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-5
@@ -23,34 +25,50 @@ def data(request):
     rng = np.random.default_rng(request.param)
     f32 = lambda x: np.asarray(x, dtype=np.float32)
     # a model of a random deterministic world in which every pair has been tried at some step <= 50
-    return {"q": f32(rng.normal(size=(S, A))),
-            "reward": f32(rng.normal(size=(S, A))), "next_state": rng.integers(0, S, (S, A)),
-            "terminated": f32(rng.random((S, A)) < 0.2), "last_tried": rng.integers(0, 50, (S, A)),
-            "known": rng.random((S, A)) < 0.7,
-            "states": rng.integers(0, S, B), "actions": rng.integers(0, A, B),
-            "transition": (int(rng.integers(S)), int(rng.integers(A)), float(rng.normal()), int(rng.integers(S)),
-                           float(rng.random() < 0.3))}
+    return {
+        "q": f32(rng.normal(size=(S, A))),
+        "reward": f32(rng.normal(size=(S, A))),
+        "next_state": rng.integers(0, S, (S, A)),
+        "terminated": f32(rng.random((S, A)) < 0.2),
+        "last_tried": rng.integers(0, 50, (S, A)),
+        "known": rng.random((S, A)) < 0.7,
+        "states": rng.integers(0, S, B),
+        "actions": rng.integers(0, A, B),
+        "transition": (
+            int(rng.integers(S)),
+            int(rng.integers(A)),
+            float(rng.normal()),
+            int(rng.integers(S)),
+            float(rng.random() < 0.3),
+        ),
+    }
 
 
 MODEL_KEYS = ("reward", "next_state", "terminated", "last_tried", "known")
 
 
 def close(a, b):
-    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), atol=TOL, rtol=TOL
+    )
 
 
 def models(data):
     """The same model as torch tensors and as jax arrays (int64 / int32 indices)."""
     t = {k: torch.as_tensor(data[k]) for k in MODEL_KEYS}
-    j = {k: jnp.asarray(data[k].astype(np.int32) if data[k].dtype == np.int64 else data[k]) for k in MODEL_KEYS}
+    j = {
+        k: jnp.asarray(data[k].astype(np.int32) if data[k].dtype == np.int64 else data[k]) for k in MODEL_KEYS
+    }
     return t, j
 
 
 def test_q_update(twins, data):
     pt, jx = twins
     s, a, r, s_next, done = data["transition"]
-    (q_t, td_t), (q_j, td_j) = (pt.q_update(torch.as_tensor(data["q"]), s, a, r, s_next, done, 0.3, 0.97),
-                                jx.q_update(jnp.asarray(data["q"]), s, a, r, s_next, done, 0.3, 0.97))
+    (q_t, td_t), (q_j, td_j) = (
+        pt.q_update(torch.as_tensor(data["q"]), s, a, r, s_next, done, 0.3, 0.97),
+        jx.q_update(jnp.asarray(data["q"]), s, a, r, s_next, done, 0.3, 0.97),
+    )
     close(td_t, td_j)
     close(q_t, q_j)
 
@@ -77,10 +95,26 @@ def test_model_update(twins, data, add_untried):
 def test_planning_updates(twins, data, kappa):
     pt, jx = twins
     m_t, m_j = models(data)
-    q_t = pt.planning_updates(torch.as_tensor(data["q"]), m_t, torch.as_tensor(data["states"]),
-                              torch.as_tensor(data["actions"]), 0.3, 0.97, kappa, 60)
-    q_j = jx.planning_updates(jnp.asarray(data["q"]), m_j, jnp.asarray(data["states"], dtype=jnp.int32),
-                              jnp.asarray(data["actions"], dtype=jnp.int32), 0.3, 0.97, kappa, 60)
+    q_t = pt.planning_updates(
+        torch.as_tensor(data["q"]),
+        m_t,
+        torch.as_tensor(data["states"]),
+        torch.as_tensor(data["actions"]),
+        0.3,
+        0.97,
+        kappa,
+        60,
+    )
+    q_j = jx.planning_updates(
+        jnp.asarray(data["q"]),
+        m_j,
+        jnp.asarray(data["states"], dtype=jnp.int32),
+        jnp.asarray(data["actions"], dtype=jnp.int32),
+        0.3,
+        0.97,
+        kappa,
+        60,
+    )
     close(q_t, q_j)
     assert not np.allclose(np.asarray(q_t), data["q"]), "the updates changed the table"
 

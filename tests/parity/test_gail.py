@@ -1,11 +1,13 @@
 """Tier 2 for GAIL: the twins' module-level math agrees within 1e-5 on identical random inputs
 (with episode ends), values and gradients; the actor-critic and the discriminator networks are the
 same function on the same weights, and so are the discriminator loss's parameter gradients."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -83,7 +85,9 @@ def test_policy_loss_and_gradient_parity(twins, batch, clip_coef):
 def test_value_loss_and_gradient_parity(twins, batch, clip_coef):
     pt, jx = twins
     v = torch.tensor(batch["v"], requires_grad=True)
-    loss_t = pt.ppo_value_loss(v, torch.as_tensor(batch["v_old"]), torch.as_tensor(batch["returns"]), clip_coef)
+    loss_t = pt.ppo_value_loss(
+        v, torch.as_tensor(batch["v_old"]), torch.as_tensor(batch["returns"]), clip_coef
+    )
     loss_t.backward()
     f = lambda v: jx.ppo_value_loss(v, batch["v_old"], batch["returns"], clip_coef)
     loss_j, g_v = jax.value_and_grad(f)(batch["v"])
@@ -105,7 +109,8 @@ def test_discriminator_loss_and_gradient_parity(twins, batch):
     loss_t = pt.discriminator_loss(lo, ex)
     loss_t.backward()
     loss_j, (g_lo, g_ex) = jax.value_and_grad(jx.discriminator_loss, argnums=(0, 1))(
-        batch["learner_logits"], batch["expert_logits"])
+        batch["learner_logits"], batch["expert_logits"]
+    )
     assert abs(loss_t.item() - float(loss_j)) < TOL
     np.testing.assert_allclose(lo.grad.numpy(), np.asarray(g_lo), atol=TOL, rtol=TOL)
     np.testing.assert_allclose(ex.grad.numpy(), np.asarray(g_ex), atol=TOL, rtol=TOL)
@@ -153,8 +158,11 @@ def test_discriminator_and_its_loss_gradients_agree_on_the_same_weights(twins, b
     loss_t.backward()
 
     def loss_j(params):
-        return jx.discriminator_loss(j_disc.apply(params, batch["obs"], batch["actions"]),
-                                     j_disc.apply(params, batch["expert_obs"], batch["expert_actions"]))
+        return jx.discriminator_loss(
+            j_disc.apply(params, batch["obs"], batch["actions"]),
+            j_disc.apply(params, batch["expert_obs"], batch["expert_actions"]),
+        )
+
     logits_j = j_disc.apply(params, batch["obs"], batch["actions"])
     np.testing.assert_allclose(logits_t.detach().numpy(), np.asarray(logits_j), atol=TOL, rtol=TOL)
     value_j, grads_j = jax.value_and_grad(loss_j)(params)

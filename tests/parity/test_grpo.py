@@ -1,11 +1,13 @@
 """Tier 2 for GRPO: the twins' group_advantages, k3_kl and grpo_loss (value and gradient) agree
 within 1e-4 on identical random inputs, and the whole chain -- one checkpoint, one batch of
 prompts and sampled-looking completions, token log-probs, GRPO loss -- agrees too."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -86,17 +88,25 @@ def test_grpo_loss_on_one_checkpoint_and_batch(twins, tmp_path):
     rewards[::2, 0] = 1.0  # make some groups non-uniform
 
     def chain_torch():
-        policy, ref = lm_t.load_checkpoint(tmp_path / "policy.npz"), lm_t.load_checkpoint(tmp_path / "ref.npz")
+        policy, ref = (
+            lm_t.load_checkpoint(tmp_path / "policy.npz"),
+            lm_t.load_checkpoint(tmp_path / "ref.npz"),
+        )
         x, y = torch.as_tensor(inputs), torch.as_tensor(labels)
         logp = lm_t.token_logps(policy(x), y, 0.8).detach().requires_grad_(True)
         ref_logp = lm_t.token_logps(ref(x), y, 0.8).detach()
         adv = pt.group_advantages(torch.as_tensor(rewards)).reshape(-1)
-        loss, kl, clip = pt.grpo_loss(logp, logp.detach() + 0.1, ref_logp, adv, torch.as_tensor(mask), 0.2, 0.04)
+        loss, kl, clip = pt.grpo_loss(
+            logp, logp.detach() + 0.1, ref_logp, adv, torch.as_tensor(mask), 0.2, 0.04
+        )
         loss.backward()
         return logp.detach().numpy(), loss.item(), kl.item(), logp.grad.numpy()
 
     def chain_jax():
-        (model, params), (_, ref_params) = lm_j.load_checkpoint(tmp_path / "policy.npz"), lm_j.load_checkpoint(tmp_path / "ref.npz")
+        (model, params), (_, ref_params) = (
+            lm_j.load_checkpoint(tmp_path / "policy.npz"),
+            lm_j.load_checkpoint(tmp_path / "ref.npz"),
+        )
         logp = lm_j.token_logps(model.apply(params, jnp.asarray(inputs)), jnp.asarray(labels), 0.8)
         ref_logp = lm_j.token_logps(model.apply(ref_params, jnp.asarray(inputs)), jnp.asarray(labels), 0.8)
         adv = jx.group_advantages(jnp.asarray(rewards)).reshape(-1)

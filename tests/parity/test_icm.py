@@ -1,11 +1,13 @@
 """Tier 2 for ICM: the twins' module-level math (compute_gae, ppo_policy_loss, ppo_value_loss,
 icm_losses, curiosity_reward) agrees within 1e-5 on identical random batches (with episode ends),
 values and gradients with respect to the inputs."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-5
@@ -81,7 +83,9 @@ def test_policy_loss_and_gradient_parity(twins, batch, clip_coef):
 def test_value_loss_and_gradient_parity(twins, batch, clip_coef):
     pt, jx = twins
     v = torch.tensor(batch["v"], requires_grad=True)
-    loss_t = pt.ppo_value_loss(v, torch.as_tensor(batch["v_old"]), torch.as_tensor(batch["returns"]), clip_coef)
+    loss_t = pt.ppo_value_loss(
+        v, torch.as_tensor(batch["v_old"]), torch.as_tensor(batch["returns"]), clip_coef
+    )
     loss_t.backward()
     f = lambda v: jx.ppo_value_loss(v, batch["v_old"], batch["returns"], clip_coef)
     loss_j, g_v = jax.value_and_grad(f)(batch["v"])
@@ -103,7 +107,9 @@ def test_icm_losses_and_gradient_parity(twins, batch, beta):
     out_j = f(batch["logits"], batch["phi_next_pred"], batch["phi_next"])
     for a, b in zip(out_t, out_j):
         assert abs(a.item() - float(b)) < TOL * max(1.0, abs(a.item()))
-    grads = jax.grad(lambda *x: f(*x)[0], argnums=(0, 1, 2))(batch["logits"], batch["phi_next_pred"], batch["phi_next"])
+    grads = jax.grad(lambda *x: f(*x)[0], argnums=(0, 1, 2))(
+        batch["logits"], batch["phi_next_pred"], batch["phi_next"]
+    )
     np.testing.assert_allclose(logits.grad.numpy(), np.asarray(grads[0]), atol=TOL, rtol=TOL)
     np.testing.assert_allclose(pred.grad.numpy(), np.asarray(grads[1]), atol=TOL, rtol=TOL)
     assert target.grad is None and np.all(np.asarray(grads[2]) == 0.0)
@@ -116,6 +122,8 @@ def test_curiosity_reward_and_gradient_parity(twins, batch, eta):
     r_t = pt.curiosity_reward(pred, torch.as_tensor(batch["phi_next"]), eta)
     r_t.sum().backward()
     f = lambda p: jx.curiosity_reward(p, batch["phi_next"], eta)
-    np.testing.assert_allclose(r_t.detach().numpy(), np.asarray(f(batch["phi_next_pred"])), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        r_t.detach().numpy(), np.asarray(f(batch["phi_next_pred"])), atol=TOL, rtol=TOL
+    )
     g_j = jax.grad(lambda p: f(p).sum())(batch["phi_next_pred"])
     np.testing.assert_allclose(pred.grad.numpy(), np.asarray(g_j), atol=TOL, rtol=TOL)

@@ -2,11 +2,13 @@
 dataset preparation, expectile loss, critic targets and losses, advantage weights, Gaussian log-density
 and advantage-weighted actor loss agree within 1e-5, values and gradients; and the networks (actor mean
 and log-std, value, critics) are the same function on the same weights, the actor's gradient included."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -25,12 +27,18 @@ def batch(request):
     return {
         "observations": f32(rng.normal(loc=3.0, scale=rng.uniform(0.1, 5.0, size=O), size=(B, O))),
         "next_observations": f32(rng.normal(size=(B, O))),
-        "actions": f32(rng.uniform(-2.0, 2.0, size=(B, A))), "mean": f32(rng.uniform(-2.0, 2.0, size=(B, A))),
+        "actions": f32(rng.uniform(-2.0, 2.0, size=(B, A))),
+        "mean": f32(rng.uniform(-2.0, 2.0, size=(B, A))),
         "log_std": f32(rng.uniform(-2.0, 1.0, size=A)),
-        "rewards": f32(rng.normal(size=B)), "terminals": f32(rng.random(B) < 0.1), "timeouts": f32(rng.random(B) < 0.1),
-        "q": f32(rng.normal(loc=-20.0, scale=10.0, size=B)), "v": f32(rng.normal(loc=-20.0, scale=10.0, size=B)),
-        "q2": f32(rng.normal(size=B)), "next_v": f32(rng.normal(size=B)),
-        "advantages": f32(rng.normal(scale=2.0, size=B)), "log_probs": f32(rng.normal(loc=-3.0, size=B)),
+        "rewards": f32(rng.normal(size=B)),
+        "terminals": f32(rng.random(B) < 0.1),
+        "timeouts": f32(rng.random(B) < 0.1),
+        "q": f32(rng.normal(loc=-20.0, scale=10.0, size=B)),
+        "v": f32(rng.normal(loc=-20.0, scale=10.0, size=B)),
+        "q2": f32(rng.normal(size=B)),
+        "next_v": f32(rng.normal(size=B)),
+        "advantages": f32(rng.normal(scale=2.0, size=B)),
+        "log_probs": f32(rng.normal(loc=-3.0, size=B)),
     }
 
 
@@ -45,9 +53,14 @@ def test_normalizer_and_dataset_parity(twins, batch):
     mean_j, std_j = jx.state_normalizer(batch["observations"])
     close(mean_t, mean_j)
     close(std_t, std_j)
-    data = {"observations": batch["observations"], "next_observations": batch["next_observations"],
-            "actions": batch["actions"], "rewards": batch["rewards"], "terminals": batch["terminals"],
-            "timeouts": batch["timeouts"]}
+    data = {
+        "observations": batch["observations"],
+        "next_observations": batch["next_observations"],
+        "actions": batch["actions"],
+        "rewards": batch["rewards"],
+        "terminals": batch["terminals"],
+        "timeouts": batch["timeouts"],
+    }
     a_t, a_j = pt.prepare_dataset(data, mean_t, std_t), jx.prepare_dataset(data, mean_j, std_j)
     assert a_t.keys() == a_j.keys()
     for k in a_t:
@@ -74,7 +87,9 @@ def test_target_and_critic_parity(twins, batch):
     q1, q2 = torch.tensor(batch["q"], requires_grad=True), torch.tensor(batch["q2"], requires_grad=True)
     l1, l2 = pt.critic_losses(q1, q2, tgt_t)
     (l1 + l2).backward()
-    loss_j, (g1, g2) = jax.value_and_grad(lambda a, b: sum(jx.critic_losses(a, b, tgt_j)), argnums=(0, 1))(batch["q"], batch["q2"])
+    loss_j, (g1, g2) = jax.value_and_grad(lambda a, b: sum(jx.critic_losses(a, b, tgt_j)), argnums=(0, 1))(
+        batch["q"], batch["q2"]
+    )
     assert abs((l1 + l2).item() - float(loss_j)) < TOL * max(1.0, abs(float(loss_j)))
     close(q1.grad, g1)
     close(q2.grad, g2)
@@ -83,27 +98,42 @@ def test_target_and_critic_parity(twins, batch):
 @pytest.mark.parametrize("beta, max_weight", [(3.0, 100.0), (10.0, 100.0), (0.5, 2.0)])
 def test_weights_log_prob_and_actor_loss_parity(twins, batch, beta, max_weight):
     pt, jx = twins
-    close(pt.advantage_weights(torch.as_tensor(batch["advantages"]), beta, max_weight),
-          jx.advantage_weights(batch["advantages"], beta, max_weight))
-    mean, log_std = torch.tensor(batch["mean"], requires_grad=True), torch.tensor(batch["log_std"], requires_grad=True)
+    close(
+        pt.advantage_weights(torch.as_tensor(batch["advantages"]), beta, max_weight),
+        jx.advantage_weights(batch["advantages"], beta, max_weight),
+    )
+    mean, log_std = (
+        torch.tensor(batch["mean"], requires_grad=True),
+        torch.tensor(batch["log_std"], requires_grad=True),
+    )
     adv = torch.tensor(batch["advantages"], requires_grad=True)
-    loss_t, w_t = pt.awr_actor_loss(pt.gaussian_log_prob(mean, log_std, torch.as_tensor(batch["actions"])), adv,
-                                    beta, max_weight)
+    loss_t, w_t = pt.awr_actor_loss(
+        pt.gaussian_log_prob(mean, log_std, torch.as_tensor(batch["actions"])), adv, beta, max_weight
+    )
     loss_t.backward()
 
     def f(mean_, log_std_, adv_):
-        return jx.awr_actor_loss(jx.gaussian_log_prob(mean_, log_std_, batch["actions"]), adv_, beta, max_weight)
+        return jx.awr_actor_loss(
+            jx.gaussian_log_prob(mean_, log_std_, batch["actions"]), adv_, beta, max_weight
+        )
+
     (loss_j, w_j), (g_mean, g_log_std, g_adv) = jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True)(
-        batch["mean"], batch["log_std"], batch["advantages"])
+        batch["mean"], batch["log_std"], batch["advantages"]
+    )
     assert abs(loss_t.item() - float(loss_j)) < TOL * max(1.0, abs(float(loss_j)))
     close(w_t, w_j)
     close(mean.grad, g_mean)
     close(log_std.grad, g_log_std)
     assert adv.grad is None  # the weights are constants to the gradient in both twins
     close(g_adv, np.zeros_like(batch["advantages"]))
-    close(pt.gaussian_log_prob(torch.as_tensor(batch["mean"]), torch.as_tensor(batch["log_std"]),
-                               torch.as_tensor(batch["actions"])),
-          jx.gaussian_log_prob(batch["mean"], batch["log_std"], batch["actions"]))
+    close(
+        pt.gaussian_log_prob(
+            torch.as_tensor(batch["mean"]),
+            torch.as_tensor(batch["log_std"]),
+            torch.as_tensor(batch["actions"]),
+        ),
+        jx.gaussian_log_prob(batch["mean"], batch["log_std"], batch["actions"]),
+    )
 
 
 def linears(module):
@@ -144,8 +174,13 @@ def test_networks_agree_on_the_same_weights(twins):
     mean_j, log_std_j = agent.actor.apply(actor_params, obs)
     q_j = agent.q_values(qf_params, obs, mean_j)
     close(log_std_t, [-0.5, 2.0])
-    for x, y in ((mean_t, mean_j), (log_std_t, log_std_j), (v_t, agent.vf.apply(vf_params, obs)),
-                 (q_t[0], q_j[0]), (q_t[1], q_j[1])):
+    for x, y in (
+        (mean_t, mean_j),
+        (log_std_t, log_std_j),
+        (v_t, agent.vf.apply(vf_params, obs)),
+        (q_t[0], q_j[0]),
+        (q_t[1], q_j[1]),
+    ):
         close(x, y)
 
 
@@ -163,13 +198,15 @@ def test_actor_gradient_through_the_network(twins):
     actions = rng.uniform(-0.5, 0.5, size=(B, action_dim)).astype(np.float32)
     adv = rng.normal(size=B).astype(np.float32)
     mean, log_std = t_actor(torch.as_tensor(obs))
-    loss_t, _ = pt.awr_actor_loss(pt.gaussian_log_prob(mean, log_std, torch.as_tensor(actions)), torch.as_tensor(adv),
-                                  3.0, 100.0)
+    loss_t, _ = pt.awr_actor_loss(
+        pt.gaussian_log_prob(mean, log_std, torch.as_tensor(actions)), torch.as_tensor(adv), 3.0, 100.0
+    )
     loss_t.backward()
 
     def loss_fn(params):
         mean_j, log_std_j = agent.actor.apply(params, obs)
         return jx.awr_actor_loss(jx.gaussian_log_prob(mean_j, log_std_j, actions), adv, 3.0, 100.0)[0]
+
     loss_j, grads = jax.value_and_grad(loss_fn)(actor_params)
     close(loss_t, loss_j)
     for i, layer in enumerate(linears(t_actor)):

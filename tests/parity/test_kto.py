@@ -1,11 +1,13 @@
 """Tier 2 for KTO: kto_loss (values, rewards, z and gradients) and masked_mean agree between the twins
 within 1e-4 on identical random sequence log-probs and labels, and pair_logps and kto_loss on one
 checkpoint pair and one batch of completions with mismatched pairs."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -27,7 +29,9 @@ def test_kto_loss_and_gradient_parity(twins, seed, beta, lam_d, lam_u, kl_shift)
     pkl = (rkl + kl_shift + rng.normal(0.0, 0.3, 64)).astype(np.float32)
     d = (rng.random(64) < 0.6).astype(np.float32)
     tp, tpkl = torch.tensor(p, requires_grad=True), torch.tensor(pkl, requires_grad=True)
-    out_t = pt.kto_loss(tp, torch.as_tensor(r), tpkl, torch.as_tensor(rkl), torch.as_tensor(d), beta, lam_d, lam_u)
+    out_t = pt.kto_loss(
+        tp, torch.as_tensor(r), tpkl, torch.as_tensor(rkl), torch.as_tensor(d), beta, lam_d, lam_u
+    )
     out_t[0].backward()
     f = lambda p, pkl: jx.kto_loss(p, r, pkl, rkl, d, beta, lam_d, lam_u)
     out_j = f(p, pkl)
@@ -39,8 +43,13 @@ def test_kto_loss_and_gradient_parity(twins, seed, beta, lam_d, lam_u, kl_shift)
     tg = np.zeros(64) if tpkl.grad is None else tpkl.grad.numpy()
     np.testing.assert_allclose(tg, np.asarray(gpkl), atol=TOL)  # both zero: z is detached
     for mask in (d, 1.0 - d, np.zeros(64, dtype=np.float32)):
-        assert abs(pt.masked_mean(torch.as_tensor(p), torch.as_tensor(mask)).item()
-                   - float(jx.masked_mean(p, mask))) < TOL
+        assert (
+            abs(
+                pt.masked_mean(torch.as_tensor(p), torch.as_tensor(mask)).item()
+                - float(jx.masked_mean(p, mask))
+            )
+            < TOL
+        )
 
 
 def test_pair_logps_and_kto_loss_on_one_checkpoint(twins, tmp_path):
@@ -66,15 +75,21 @@ def test_pair_logps_and_kto_loss_on_one_checkpoint(twins, tmp_path):
     out_t[0].backward()
     g_t = {name: p.grad.numpy() for name, p in policy.named_parameters()}
 
-    (model, params), (_, ref_params) = lm_j.load_checkpoint(tmp_path / "policy.npz"), lm_j.load_checkpoint(tmp_path / "ref.npz")
+    (model, params), (_, ref_params) = (
+        lm_j.load_checkpoint(tmp_path / "policy.npz"),
+        lm_j.load_checkpoint(tmp_path / "ref.npz"),
+    )
     J = jnp.asarray
-    lp_j = [jx.pair_logps(model, p, J(prompts), J(c), J(mk)) for c, mk in batches for p in (params, ref_params)]
+    lp_j = [
+        jx.pair_logps(model, p, J(prompts), J(c), J(mk)) for c, mk in batches for p in (params, ref_params)
+    ]
     out_j = jx.kto_loss(lp_j[0], lp_j[1], lp_j[2], lp_j[3], J(d), 0.5, 1.0, 1.5)
 
     def loss_fn(params):
         lp = jx.pair_logps(model, params, J(prompts), J(completions), J(mask))
         lp_kl = jx.pair_logps(model, params, J(prompts), J(kl_completions), J(kl_mask))
         return jx.kto_loss(lp, lp_j[1], lp_kl, lp_j[3], J(d), 0.5, 1.0, 1.5)[0]
+
     g_j = jax.tree_util.tree_leaves(jax.grad(loss_fn)(params))
 
     for a, b in zip(lp_t, lp_j):

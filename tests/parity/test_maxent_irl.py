@@ -1,10 +1,12 @@
 """Tier 2 for MaxEnt IRL: the twins' module-level math agrees within 1e-5 on identical random MDPs,
 policies, features and demonstrations; the numpy gridworld and sampler are the same code in both;
 a whole short run gives the same reward weights."""
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, run_train
 
 TOL = 1e-5
@@ -24,10 +26,19 @@ def case(request):
     pi = rng.random((S, A))
     start = rng.random(S)
     f32 = lambda x: np.asarray(x, dtype=np.float32)
-    return {"P": f32(P), "r": f32(rng.normal(size=S)), "pi": f32(pi / pi.sum(-1, keepdims=True)),
-            "start": f32(start / start.sum()), "F": f32(rng.normal(size=(S, K))), "D": f32(rng.random(S) * 3),
-            "mu": f32(rng.normal(size=K)), "Q1": f32(rng.normal(size=(S, A))), "Q2": f32(rng.normal(size=(S, A))),
-            "mask": f32(rng.random(S) < 0.6), "states": rng.integers(0, S, size=(N, T))}
+    return {
+        "P": f32(P),
+        "r": f32(rng.normal(size=S)),
+        "pi": f32(pi / pi.sum(-1, keepdims=True)),
+        "start": f32(start / start.sum()),
+        "F": f32(rng.normal(size=(S, K))),
+        "D": f32(rng.random(S) * 3),
+        "mu": f32(rng.normal(size=K)),
+        "Q1": f32(rng.normal(size=(S, A))),
+        "Q2": f32(rng.normal(size=(S, A))),
+        "mask": f32(rng.random(S) < 0.6),
+        "states": rng.integers(0, S, size=(N, T)),
+    }
 
 
 def both(twins, name, case, keys, *extra):
@@ -55,8 +66,10 @@ def test_state_visitation(twins, case, gamma, horizon):
 
 def test_expert_feature_expectations(twins, case):
     pt, jx = twins
-    close(pt.expert_feature_expectations(torch.as_tensor(case["states"]), torch.as_tensor(case["F"]), 0.9),
-          jx.expert_feature_expectations(jnp.asarray(case["states"]), jnp.asarray(case["F"]), 0.9))
+    close(
+        pt.expert_feature_expectations(torch.as_tensor(case["states"]), torch.as_tensor(case["F"]), 0.9),
+        jx.expert_feature_expectations(jnp.asarray(case["states"]), jnp.asarray(case["F"]), 0.9),
+    )
 
 
 def test_maxent_gradient(twins, case):
@@ -68,8 +81,12 @@ def test_greedy_actions_and_policy_match(twins, case):
     assert g_t.tolist() == np.asarray(g_j).tolist()
     pt, jx = twins
     for tol in (1e-4, 0.5):
-        close(pt.policy_match(torch.as_tensor(case["Q1"]), torch.as_tensor(case["Q2"]), tol, torch.as_tensor(case["mask"])),
-              jx.policy_match(jnp.asarray(case["Q1"]), jnp.asarray(case["Q2"]), tol, jnp.asarray(case["mask"])))
+        close(
+            pt.policy_match(
+                torch.as_tensor(case["Q1"]), torch.as_tensor(case["Q2"]), tol, torch.as_tensor(case["mask"])
+            ),
+            jx.policy_match(jnp.asarray(case["Q1"]), jnp.asarray(case["Q2"]), tol, jnp.asarray(case["mask"])),
+        )
 
 
 def test_policy_return(twins, case):
@@ -89,7 +106,9 @@ def test_gridworld_and_sampler_are_identical(twins, grid, features):
     for a, b in zip(s_t, s_j):
         np.testing.assert_array_equal(a, b)
     policy = np.arange(P.shape[0]) % 5
-    assert pt.run_greedy_episodes(policy, P, start, r, 8, 3, 7) == jx.run_greedy_episodes(policy, P, start, r, 8, 3, 7)
+    assert pt.run_greedy_episodes(policy, P, start, r, 8, 3, 7) == jx.run_greedy_episodes(
+        policy, P, start, r, 8, 3, 7
+    )
 
 
 def test_short_run_gives_the_same_reward_weights(twins, tmp_path):
@@ -98,5 +117,11 @@ def test_short_run_gives_the_same_reward_weights(twins, tmp_path):
     s_j = run_train("algos/maxent_irl_jax.py", tmp_path / "j", **args)
     close(s_t["theta"], s_j["theta"])
     close([g for _, g in s_t["feature_gap_curve"]], [g for _, g in s_j["feature_gap_curve"]])
-    for key in ("policy_match", "policy_match_visited", "expert_return", "demo_mean_return", "final_mean_return"):
+    for key in (
+        "policy_match",
+        "policy_match_visited",
+        "expert_return",
+        "demo_mean_return",
+        "final_mean_return",
+    ):
         assert s_t[key] == pytest.approx(s_j[key], abs=TOL), key

@@ -6,11 +6,13 @@ branched rollout through the same stub model and policy, the dynamics ensemble o
 and the SAC networks on the same weights: the actor (mean, bounded log std, the tanh-squashed sample
 and its log-prob for the same noise, the deterministic action), the Q networks alone and as the JAX
 `Agent`'s stacked twin critics, and the critic and actor losses' gradients in every weight."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_dense
 
 TOL = 1e-5
@@ -35,11 +37,15 @@ def batch(request):
         "bias": f32(rng.normal(size=A)),
         "rewards": f32(rng.normal(size=B)),
         "terminated": f32(rng.random(B) < 0.1),
-        "q1": f32(rng.normal(size=B)), "q2": f32(rng.normal(size=B)),
-        "next_q1": f32(rng.normal(size=B)), "next_q2": f32(rng.normal(size=B)),
+        "q1": f32(rng.normal(size=B)),
+        "q2": f32(rng.normal(size=B)),
+        "next_q1": f32(rng.normal(size=B)),
+        "next_q2": f32(rng.normal(size=B)),
         "log_prob": f32(rng.normal(size=B)),
         "m_mean": f32(rng.normal(size=(E, B, D))),
-        "m_raw": f32(rng.normal(scale=1.5, size=(E, B, D))),  # log-variances near the data range; near -10 the e^{10} weights make float32 sums differ by 1e-4
+        "m_raw": f32(
+            rng.normal(scale=1.5, size=(E, B, D))
+        ),  # log-variances near the data range; near -10 the e^{10} weights make float32 sums differ by 1e-4
         "m_target": f32(rng.normal(size=(E, B, D))),
         "max_lv": f32(rng.uniform(0.0, 1.0, size=D)),
         "min_lv": f32(rng.uniform(-11.0, -9.0, size=D)),
@@ -58,15 +64,25 @@ def test_sac_pieces_parity(twins, batch):
     keys = ("mean", "log_std", "noise", "scale", "bias")
     for x, y in zip(pt.sample_squashed(*(T(k) for k in keys)), jx.sample_squashed(*(batch[k] for k in keys))):
         assert_close(x, y)
-    tgt_t = pt.soft_q_target(T("rewards"), T("terminated"), T("next_q1"), T("next_q2"), T("log_prob"), 0.2, 0.99)
-    tgt_j = jx.soft_q_target(batch["rewards"], batch["terminated"], batch["next_q1"], batch["next_q2"],
-                             batch["log_prob"], 0.2, 0.99)
+    tgt_t = pt.soft_q_target(
+        T("rewards"), T("terminated"), T("next_q1"), T("next_q2"), T("log_prob"), 0.2, 0.99
+    )
+    tgt_j = jx.soft_q_target(
+        batch["rewards"],
+        batch["terminated"],
+        batch["next_q1"],
+        batch["next_q2"],
+        batch["log_prob"],
+        0.2,
+        0.99,
+    )
     assert_close(tgt_t, tgt_j)
     q1, q2 = torch.tensor(batch["q1"], requires_grad=True), torch.tensor(batch["q2"], requires_grad=True)
     l1, l2 = pt.critic_losses(q1, q2, tgt_t)
     (l1 + l2).backward()
     loss_j, (g1, g2) = jax.value_and_grad(lambda a, b: sum(jx.critic_losses(a, b, tgt_j)), argnums=(0, 1))(
-        batch["q1"], batch["q2"])
+        batch["q1"], batch["q2"]
+    )
     assert abs((l1 + l2).item() - float(loss_j)) < TOL * max(1.0, abs(float(loss_j)))
     assert_close(q1.grad, g1)
     assert_close(q2.grad, g2)
@@ -75,7 +91,8 @@ def test_sac_pieces_parity(twins, batch):
     a_t = pt.sac_actor_loss(q1, q2, lp, 0.3)
     a_t.backward()
     a_j, grads = jax.value_and_grad(lambda a, b, c: jx.sac_actor_loss(a, b, c, 0.3), argnums=(0, 1, 2))(
-        batch["q1"], batch["q2"], batch["log_prob"])
+        batch["q1"], batch["q2"], batch["log_prob"]
+    )
     assert abs(a_t.item() - float(a_j)) < TOL
     for g_t, g_j in zip((q1.grad, q2.grad, lp.grad), grads):
         assert_close(g_t, g_j)
@@ -94,20 +111,30 @@ def test_model_pieces_parity(twins, batch):
     const = np.ones((10, 3), np.float32)  # a constant feature: std 1
     assert_close(pt.fit_normaliser(torch.as_tensor(const))[1], jx.fit_normaliser(const)[1])
     raw = torch.tensor(batch["m_raw"], requires_grad=True)
-    mx, mn = torch.tensor(batch["max_lv"], requires_grad=True), torch.tensor(batch["min_lv"], requires_grad=True)
+    mx, mn = (
+        torch.tensor(batch["max_lv"], requires_grad=True),
+        torch.tensor(batch["min_lv"], requires_grad=True),
+    )
     mean = torch.tensor(batch["m_mean"], requires_grad=True)
     lv_t = pt.bound_log_var(raw, mx, mn)
     assert_close(lv_t.detach(), jx.bound_log_var(batch["m_raw"], batch["max_lv"], batch["min_lv"]))
-    assert_close(pt.gaussian_nll(mean, lv_t, T("m_target")).detach(),
-                 jx.gaussian_nll(batch["m_mean"], jx.bound_log_var(batch["m_raw"], batch["max_lv"], batch["min_lv"]),
-                                 batch["m_target"]))
+    assert_close(
+        pt.gaussian_nll(mean, lv_t, T("m_target")).detach(),
+        jx.gaussian_nll(
+            batch["m_mean"],
+            jx.bound_log_var(batch["m_raw"], batch["max_lv"], batch["min_lv"]),
+            batch["m_target"],
+        ),
+    )
     loss_t = pt.model_loss(mean, lv_t, T("m_target"), mx, mn)
     loss_t.backward()
 
     def loss_j(mean, raw, mx, mn):
         return jx.model_loss(mean, jx.bound_log_var(raw, mx, mn), batch["m_target"], mx, mn)
-    value, grads = jax.value_and_grad(loss_j, argnums=(0, 1, 2, 3))(batch["m_mean"], batch["m_raw"],
-                                                                       batch["max_lv"], batch["min_lv"])
+
+    value, grads = jax.value_and_grad(loss_j, argnums=(0, 1, 2, 3))(
+        batch["m_mean"], batch["m_raw"], batch["max_lv"], batch["min_lv"]
+    )
     assert abs(loss_t.item() - float(value)) < TOL * max(1.0, abs(float(value)))
     for g_t, g_j in zip((mean.grad, raw.grad, mx.grad, mn.grad), grads):
         assert_close(g_t, g_j)
@@ -125,11 +152,20 @@ def copy_ensemble(t_model, jx, E, in_dim, out_dim, hidden, layers):
     """The torch ensemble's weights as the JAX twin's params pytree."""
     j_model = jx.DynamicsEnsemble(E, in_dim, out_dim, hidden, layers)
     layers_t = list(t_model.hidden) + [t_model.head]
-    members = {"params": {f"Dense_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy()),
-                                         "bias": jnp.asarray(l.bias.detach().numpy()[:, 0])}
-                          for i, l in enumerate(layers_t)}}
-    params = {"members": members, "max_log_var": jnp.asarray(t_model.max_log_var.detach().numpy()),
-              "min_log_var": jnp.asarray(t_model.min_log_var.detach().numpy())}
+    members = {
+        "params": {
+            f"Dense_{i}": {
+                "kernel": jnp.asarray(l.weight.detach().numpy()),
+                "bias": jnp.asarray(l.bias.detach().numpy()[:, 0]),
+            }
+            for i, l in enumerate(layers_t)
+        }
+    }
+    params = {
+        "members": members,
+        "max_log_var": jnp.asarray(t_model.max_log_var.detach().numpy()),
+        "min_log_var": jnp.asarray(t_model.min_log_var.detach().numpy()),
+    }
     norm = {"mean": jnp.asarray(t_model.input_mean.numpy()), "std": jnp.asarray(t_model.input_std.numpy())}
     return j_model, params, norm
 
@@ -154,23 +190,39 @@ def test_ensemble_and_rollout_parity_on_the_same_weights(twins):
         model_noise = rng.normal(size=(T, N, D + 1)).astype(np.float32)
         action_noise = rng.normal(size=(T, N, A)).astype(np.float32)
         start = rng.normal(size=(N, D)).astype(np.float32)
-        out_t = pt.model_rollout(lambda o, a: t_model(torch.cat([o, a], -1)),
-                                 lambda o, n: torch.tanh(o @ torch.as_tensor(w) + 0.1 * n),
-                                 torch.as_tensor(start), torch.as_tensor(members), torch.as_tensor(model_noise),
-                                 torch.as_tensor(action_noise), pt.no_termination)
-    out_j = jx.model_rollout(lambda o, a: j_model.apply(params, norm, jnp.concatenate([o, a], -1)),
-                             lambda o, n: jnp.tanh(o @ w + 0.1 * n), start, jnp.asarray(members),
-                             model_noise, action_noise, jx.no_termination)
+        out_t = pt.model_rollout(
+            lambda o, a: t_model(torch.cat([o, a], -1)),
+            lambda o, n: torch.tanh(o @ torch.as_tensor(w) + 0.1 * n),
+            torch.as_tensor(start),
+            torch.as_tensor(members),
+            torch.as_tensor(model_noise),
+            torch.as_tensor(action_noise),
+            pt.no_termination,
+        )
+    out_j = jx.model_rollout(
+        lambda o, a: j_model.apply(params, norm, jnp.concatenate([o, a], -1)),
+        lambda o, n: jnp.tanh(o @ w + 0.1 * n),
+        start,
+        jnp.asarray(members),
+        model_noise,
+        action_noise,
+        jx.no_termination,
+    )
     for k in out_t:
-        np.testing.assert_allclose(out_t[k].numpy(), np.asarray(out_j[k]), atol=TOL,
-                                   rtol=TOL, err_msg=k)
+        np.testing.assert_allclose(out_t[k].numpy(), np.asarray(out_j[k]), atol=TOL, rtol=TOL, err_msg=k)
 
 
 def copy_sac(actor, qf1, qf2):
     """The torch actor and critics as the JAX `Agent`'s params {"actor", "qf"} (kernels transposed;
     "qf" holds the two critics stacked on a leading axis of 2)."""
-    actor_p = {"params": {"Dense_0": torch_dense(actor.trunk[0]), "Dense_1": torch_dense(actor.trunk[2]),
-                          "Dense_2": torch_dense(actor.mean), "Dense_3": torch_dense(actor.log_std)}}
+    actor_p = {
+        "params": {
+            "Dense_0": torch_dense(actor.trunk[0]),
+            "Dense_1": torch_dense(actor.trunk[2]),
+            "Dense_2": torch_dense(actor.mean),
+            "Dense_3": torch_dense(actor.log_std),
+        }
+    }
     qf = lambda q: {"params": {f"Dense_{i}": torch_dense(q.net[2 * i]) for i in range(3)}}
     return {"actor": actor_p, "qf": jax.tree.map(lambda a, b: jnp.stack([a, b]), qf(qf1), qf(qf2))}
 
@@ -201,9 +253,17 @@ def sac_nets(twins, request):
     assert all(a.shape == b.shape for a, b in zip(jax.tree.leaves(template), jax.tree.leaves(params)))
     rng = np.random.default_rng(request.param)
     f32 = lambda x: np.asarray(x, dtype=np.float32)
-    return {"actor": actor, "qf1": qf1, "qf2": qf2, "agent": agent, "params": params,
-            "obs": f32(rng.normal(scale=2.0, size=(B, O))), "actions": f32(rng.uniform(-2, 2, size=(B, A))),
-            "noise": f32(rng.normal(size=(B, A))), "target": f32(rng.normal(size=B))}
+    return {
+        "actor": actor,
+        "qf1": qf1,
+        "qf2": qf2,
+        "agent": agent,
+        "params": params,
+        "obs": f32(rng.normal(scale=2.0, size=(B, O))),
+        "actions": f32(rng.uniform(-2, 2, size=(B, A))),
+        "noise": f32(rng.normal(size=(B, A))),
+        "target": f32(rng.normal(size=B)),
+    }
 
 
 def test_actor_on_the_same_weights(twins, sac_nets):
@@ -222,7 +282,9 @@ def test_actor_on_the_same_weights(twins, sac_nets):
     assert_close(log_std_t, log_std_j)
     for ls in (log_std_t.numpy(), np.asarray(log_std_j)):
         assert ls.min() >= jx.LOG_STD_MIN and ls.max() <= jx.LOG_STD_MAX
-    assert log_std_t.min() < jx.LOG_STD_MIN + 1.0 and log_std_t.max() > jx.LOG_STD_MAX - 1.0  # both ends reached
+    assert (
+        log_std_t.min() < jx.LOG_STD_MIN + 1.0 and log_std_t.max() > jx.LOG_STD_MAX - 1.0
+    )  # both ends reached
     action_j, log_prob_j = agent.sample(params["actor"], obs, noise=n["noise"])
     assert_close(action_t, action_j)
     assert_close(log_prob_t, log_prob_j)
@@ -258,6 +320,7 @@ def test_sac_losses_on_the_same_weights_with_gradients(twins, sac_nets):
     def q_loss(qf_params):
         q = agent.q_values(qf_params, n["obs"], n["actions"])
         return sum(jx.critic_losses(q[0], q[1], n["target"]))
+
     value, g_q = jax.value_and_grad(q_loss)(params["qf"])
     assert abs((l1 + l2).item() - float(value)) < TOL * max(1.0, abs(float(value)))
     for i, qf in enumerate((qf1, qf2)):
@@ -273,6 +336,7 @@ def test_sac_losses_on_the_same_weights_with_gradients(twins, sac_nets):
         a, lp = agent.sample(actor_params, n["obs"], noise=n["noise"])
         q = agent.q_values(params["qf"], n["obs"], a)
         return jx.sac_actor_loss(q[0], q[1], lp, 0.2)
+
     value, g_a = jax.value_and_grad(actor_loss)(params["actor"])
     assert abs(loss_t.item() - float(value)) < TOL * max(1.0, abs(float(value)))
     for k, layer in enumerate((actor.trunk[0], actor.trunk[2], actor.mean, actor.log_std)):

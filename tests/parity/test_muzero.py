@@ -6,11 +6,13 @@ observation scaling agree within 1e-5; the two searches (our MCTS, mctx with min
 return the same visit counts and root values for the same random model without root noise; and on
 shared weights the two MuZeroNets agree (initial inference, the model step) and the evaluation search
 of each twin (torch `search`, JAX `make_act`) picks the same actions from the same visit counts."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_dense
 
 TOL = 1e-5
@@ -68,7 +70,7 @@ def test_transform_support_and_latent_parity(twins, data):
     # scale_gradient: identity forward, gradient times the scale
     x = torch.tensor(data["latent"], requires_grad=True)
     out = pt.scale_gradient(x, 0.5)
-    (out ** 2).sum().backward()
+    (out**2).sum().backward()
     f = lambda z: (jx.scale_gradient(z, 0.5) ** 2).sum()
     close(out.detach(), jx.scale_gradient(data["latent"], 0.5))
     close(x.grad, jax.grad(f)(data["latent"]))
@@ -91,17 +93,21 @@ def test_muzero_loss_parity_with_gradients(twins, data):
     keys = ("rewards", "values", "terminated", "truncated", "bootstrap")
     targets = [np.array(x) for x in jx.n_step_targets(*(data[k] for k in keys), 0.99, n, K)]
     # value targets up to ~100: beyond the support's h(x) = 10 for some, so the clipping is exercised
-    logits_t = [torch.tensor(data[k], requires_grad=True) for k in ("policy_logits", "value_logits", "reward_logits")]
+    logits_t = [
+        torch.tensor(data[k], requires_grad=True) for k in ("policy_logits", "value_logits", "reward_logits")
+    ]
     out_t = pt.muzero_loss(*logits_t, T(data["target_policies"]), *(T(x) for x in targets), S, 0.25)
     out_t[0].backward()
 
     def f(p, v, r):
         return jx.muzero_loss(p, v, r, data["target_policies"], *targets, S, 0.25)
+
     out_j = f(data["policy_logits"], data["value_logits"], data["reward_logits"])
     for a, b in zip(out_t, out_j):
         close(a.detach(), b)
     grads_j = jax.grad(lambda *l: f(*l)[0], argnums=(0, 1, 2))(
-        data["policy_logits"], data["value_logits"], data["reward_logits"])
+        data["policy_logits"], data["value_logits"], data["reward_logits"]
+    )
     for a, b in zip(logits_t, grads_j):
         close(a.grad, b)
 
@@ -110,11 +116,15 @@ def test_puct_normalise_and_visit_policy_parity(twins, data):
     pt, jx = twins
     parent = data["child_visits"].sum(-1) + 1.0
     visited = data["child_visits"] > 0
-    close(pt.normalise_q(data["q"], visited, data["q_min"], data["q_max"], 0.01),
-          jx.normalise_q(data["q"], visited, data["q_min"], data["q_max"], 0.01))
+    close(
+        pt.normalise_q(data["q"], visited, data["q_min"], data["q_max"], 0.01),
+        jx.normalise_q(data["q"], visited, data["q_min"], data["q_max"], 0.01),
+    )
     q = np.asarray(jx.normalise_q(data["q"], visited, data["q_min"], data["q_max"], 0.01))
-    close(pt.puct_scores(data["prior"], data["child_visits"], q, parent, 1.25, 19652.0),
-          jx.puct_scores(data["prior"], data["child_visits"], q, parent, 1.25, 19652.0))
+    close(
+        pt.puct_scores(data["prior"], data["child_visits"], q, parent, 1.25, 19652.0),
+        jx.puct_scores(data["prior"], data["child_visits"], q, parent, 1.25, 19652.0),
+    )
     for temperature in (1.0, 0.5, 0.25):
         close(pt.visit_policy(T(data["counts"]), temperature), jx.visit_policy(data["counts"], temperature))
     for progress in (0.1, 0.6, 0.8):
@@ -157,8 +167,18 @@ def test_searches_agree_on_a_random_model(twins):
     logits = rng.normal(size=(B, A)).astype(np.float32)
     value = rng.normal(size=B).astype(np.float32)
     visits_t, value_t = pt.run_mcts(torch_fn, root, logits, value, 24, 0.9, 1.25, 19652.0, 0.01)
-    visits_j, value_j = jx.run_mcts(jax_fn, jnp.asarray(root), jnp.asarray(logits), jnp.asarray(value), 24, 0.9,
-                                    1.25, 19652.0, 0.01, jax.random.PRNGKey(0))
+    visits_j, value_j = jx.run_mcts(
+        jax_fn,
+        jnp.asarray(root),
+        jnp.asarray(logits),
+        jnp.asarray(value),
+        24,
+        0.9,
+        1.25,
+        19652.0,
+        0.01,
+        jax.random.PRNGKey(0),
+    )
     np.testing.assert_array_equal(np.asarray(visits_t), np.asarray(visits_j))
     np.testing.assert_allclose(np.asarray(value_t), np.asarray(value_j), atol=1e-4, rtol=1e-4)
 
@@ -173,12 +193,17 @@ def _shared_networks(pt, jx, obs_dim=4, A=2, H=16, L=8, S=5, seed=0):
             p.copy_(torch.randn_like(p) * 0.5)
     net_j = jx.MuZeroNet(A, H, L, S)
     params = {  # flax's nn.Sequential names its i-th layer layers_i, as torch's Sequential indexes it
-        "representation": {"layers_0": torch_dense(net_t.representation[0]),
-                           "layers_2": torch_dense(net_t.representation[2])},
+        "representation": {
+            "layers_0": torch_dense(net_t.representation[0]),
+            "layers_2": torch_dense(net_t.representation[2]),
+        },
         "dynamics_trunk": {"layers_0": torch_dense(net_t.dynamics_trunk[0])},
         "prediction_trunk": {"layers_0": torch_dense(net_t.prediction_trunk[0])},
-        **{name: torch_dense(getattr(net_t, name)) for name in
-           ("dynamics_latent", "dynamics_reward", "prediction_policy", "prediction_value")}}
+        **{
+            name: torch_dense(getattr(net_t, name))
+            for name in ("dynamics_latent", "dynamics_reward", "prediction_policy", "prediction_value")
+        },
+    }
     template = net_j.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_dim)), jnp.zeros((1,), jnp.int32))
     assert jax.tree_util.tree_structure(template) == jax.tree_util.tree_structure({"params": params})
     return net_t, net_j, {"params": params}
@@ -214,7 +239,9 @@ def test_evaluation_searches_agree_on_the_same_weights(twins):
     args_j = jx.Args(num_simulations=16)
     actions_t, policy_t, value_t = pt.search(net_t, args_t, obs)
     act = jx.make_act(net_j, args_j)
-    actions_j, policy_j, value_j, _ = act(params, jnp.asarray(obs), jax.random.PRNGKey(0), 1.0, 0.0, sample=False)
+    actions_j, policy_j, value_j, _ = act(
+        params, jnp.asarray(obs), jax.random.PRNGKey(0), 1.0, 0.0, sample=False
+    )
     np.testing.assert_array_equal(policy_t, np.asarray(policy_j))
     np.testing.assert_array_equal(actions_t, np.asarray(actions_j))
     np.testing.assert_allclose(value_t, np.asarray(value_j), atol=1e-4, rtol=1e-4)

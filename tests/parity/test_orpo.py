@@ -1,11 +1,13 @@
 """Tier 2 for ORPO: log_odds and orpo_loss (values, NLL, odds-ratio term, log-odds ratio and gradients)
 agree between the twins within 1e-4 on identical random sequence log-probs and lengths, and
 pair_logps and orpo_loss (value and gradient norm) on one checkpoint and one batch of pairs."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -73,6 +75,7 @@ def test_pair_logps_and_orpo_loss_on_one_checkpoint(twins, tmp_path):
         lc = jx.pair_logps(model, params, J(prompts), J(chosen), J(cm))
         lr = jx.pair_logps(model, params, J(prompts), J(rejected), J(rm))
         return jx.orpo_loss(lc, lr, J(cm).sum(-1), J(rm).sum(-1), 0.5)[0], (lc, lr)
+
     (loss_j, (lc_j, lr_j)), g_j = jax.value_and_grad(loss_fn, has_aux=True)(params)
     g_j = jax.tree_util.tree_leaves(g_j)
 

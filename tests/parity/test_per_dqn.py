@@ -1,9 +1,11 @@
 """Tier 2 for prioritized replay: importance_weights and weighted_td_loss (values and gradients)
 agree between the twins within 1e-5, and the two sum trees draw the same samples."""
+
 import jax
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-5
@@ -20,8 +22,12 @@ def test_weights_and_loss_parity(twins, seed):
     rng = np.random.default_rng(seed)
     probs = rng.dirichlet(np.ones(128)).astype(np.float32)
     for beta in (0.4, 0.7, 1.0):
-        np.testing.assert_allclose(pt.importance_weights(torch.as_tensor(probs), 1000, beta).numpy(),
-                                   np.asarray(jx.importance_weights(probs, 1000, beta)), atol=TOL, rtol=TOL)
+        np.testing.assert_allclose(
+            pt.importance_weights(torch.as_tensor(probs), 1000, beta).numpy(),
+            np.asarray(jx.importance_weights(probs, 1000, beta)),
+            atol=TOL,
+            rtol=TOL,
+        )
     q, y = (rng.normal(size=128).astype(np.float32) * 3 for _ in range(2))
     w = np.asarray(jx.importance_weights(probs, 1000, 0.6))
     q_t = torch.tensor(q, requires_grad=True)

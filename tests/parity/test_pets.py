@@ -8,6 +8,7 @@ planning call (Planner.act / Planner.plan: the action and the shifted warm-start
 CEM noise, routing and head noise), and the model fit (fit_ensemble through make_fit in JAX, from
 the same weights and bootstrap/minibatch draws: the normaliser, the loss, the gradients as one
 plain SGD step, the parameters after a few Adam steps)."""
+
 from types import SimpleNamespace
 
 import jax
@@ -16,6 +17,7 @@ import numpy as np
 import optax
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-5
@@ -59,30 +61,41 @@ def T(x):
 
 def test_reward_and_logvar_bounds_parity(twins, data):
     pt, jx = twins
-    np.testing.assert_allclose(pt.pendulum_reward(T(data["obs"]), T(data["action"])).numpy(),
-                               np.asarray(jx.pendulum_reward(data["obs"], data["action"])), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        pt.pendulum_reward(T(data["obs"]), T(data["action"])).numpy(),
+        np.asarray(jx.pendulum_reward(data["obs"], data["action"])),
+        atol=TOL,
+        rtol=TOL,
+    )
     raw = torch.tensor(data["raw"], requires_grad=True)
     out_t = pt.soft_bound_logvar(raw, T(data["max_logvar"]), T(data["min_logvar"]))
     out_t.sum().backward()
     f = lambda r: jx.soft_bound_logvar(r, data["max_logvar"], data["min_logvar"])
     np.testing.assert_allclose(out_t.detach().numpy(), np.asarray(f(data["raw"])), atol=TOL, rtol=TOL)
-    np.testing.assert_allclose(raw.grad.numpy(), np.asarray(jax.grad(lambda r: f(r).sum())(data["raw"])), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        raw.grad.numpy(), np.asarray(jax.grad(lambda r: f(r).sum())(data["raw"])), atol=TOL, rtol=TOL
+    )
 
 
 def test_nll_and_ensemble_loss_parity_with_gradients(twins, data):
     pt, jx = twins
     names = ("mean", "logvar", "max_logvar", "min_logvar")
     leaves = {k: torch.tensor(data[k], requires_grad=True) for k in names}
-    loss_t = pt.ensemble_loss(leaves["mean"], leaves["logvar"], T(data["target"]), leaves["max_logvar"],
-                              leaves["min_logvar"], 0.01)
+    loss_t = pt.ensemble_loss(
+        leaves["mean"], leaves["logvar"], T(data["target"]), leaves["max_logvar"], leaves["min_logvar"], 0.01
+    )
     loss_t.backward()
     f = lambda mu, lv, mx, mn: jx.ensemble_loss(mu, lv, data["target"], mx, mn, 0.01)
     loss_j, grads = jax.value_and_grad(f, argnums=(0, 1, 2, 3))(*(data[k] for k in names))
     assert abs(loss_t.item() - float(loss_j)) < TOL * max(1.0, abs(float(loss_j)))
     for k, g in zip(names, grads):
         np.testing.assert_allclose(leaves[k].grad.numpy(), np.asarray(g), atol=TOL, rtol=TOL)
-    np.testing.assert_allclose(pt.gaussian_nll(T(data["mean"]), T(data["logvar"]), T(data["target"])).item(),
-                               float(jx.gaussian_nll(data["mean"], data["logvar"], data["target"])), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        pt.gaussian_nll(T(data["mean"]), T(data["logvar"]), T(data["target"])).item(),
+        float(jx.gaussian_nll(data["mean"], data["logvar"], data["target"])),
+        atol=TOL,
+        rtol=TOL,
+    )
 
 
 def test_ts1_routing_parity(twins, data):
@@ -98,19 +111,34 @@ def test_ts1_routing_parity(twins, data):
 
 def test_cem_parity(twins, data):
     pt, jx = twins
-    m_t, s_t = pt.cem_refit(T(data["samples"]), T(data["values"]), T(data["cem_mean"]), T(data["cem_std"]), 8, 0.1)
+    m_t, s_t = pt.cem_refit(
+        T(data["samples"]), T(data["values"]), T(data["cem_mean"]), T(data["cem_std"]), 8, 0.1
+    )
     m_j, s_j = jx.cem_refit(data["samples"], data["values"], data["cem_mean"], data["cem_std"], 8, 0.1)
     np.testing.assert_allclose(m_t.numpy(), np.asarray(m_j), atol=TOL, rtol=TOL)
     np.testing.assert_allclose(s_t.numpy(), np.asarray(s_j), atol=TOL, rtol=TOL)
     target = np.random.default_rng(5).uniform(-1.5, 1.5, size=(7, 2)).astype(np.float32)
     low, high = np.array([-2.0, -1.0], np.float32), np.array([2.0, 1.0], np.float32)
-    plan_t = pt.cem_optimize(lambda s, i: -((s - T(target)) ** 2).sum((1, 2)), T(data["cem_mean"]), T(data["cem_std"]),
-                             T(low), T(high), T(data["noise"]), 8, 0.1)
-    plan_j = jax.jit(lambda mean, std, noise: jx.cem_optimize(lambda s, i: -((s - target) ** 2).sum((1, 2)), mean, std,
-                                                              low, high, noise, 8, 0.1))(data["cem_mean"], data["cem_std"], data["noise"])
+    plan_t = pt.cem_optimize(
+        lambda s, i: -((s - T(target)) ** 2).sum((1, 2)),
+        T(data["cem_mean"]),
+        T(data["cem_std"]),
+        T(low),
+        T(high),
+        T(data["noise"]),
+        8,
+        0.1,
+    )
+    plan_j = jax.jit(
+        lambda mean, std, noise: jx.cem_optimize(
+            lambda s, i: -((s - target) ** 2).sum((1, 2)), mean, std, low, high, noise, 8, 0.1
+        )
+    )(data["cem_mean"], data["cem_std"], data["noise"])
     np.testing.assert_allclose(plan_t.numpy(), np.asarray(plan_j), atol=TOL, rtol=TOL)
     fill = (low + high) / 2.0
-    np.testing.assert_allclose(pt.shift_mean(plan_t, T(fill)).numpy(), np.asarray(jx.shift_mean(plan_j, fill)), atol=TOL)
+    np.testing.assert_allclose(
+        pt.shift_mean(plan_t, T(fill)).numpy(), np.asarray(jx.shift_mean(plan_j, fill)), atol=TOL
+    )
 
 
 def test_networks_agree_on_the_same_weights(twins, data):
@@ -127,9 +155,15 @@ def test_networks_agree_on_the_same_weights(twins, data):
     norm = jx.make_normalizer(inputs, targets)
     for k in ("in_mean", "in_std", "out_mean", "out_std"):
         np.testing.assert_allclose(getattr(t_model, k).numpy(), np.asarray(norm[k]), atol=TOL, rtol=TOL)
-    params = {"params": {f"EnsembleLinear_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy()),
-                                                 "bias": jnp.asarray(l.bias.detach().numpy())}
-                         for i, l in enumerate(t_model.layers)}}
+    params = {
+        "params": {
+            f"EnsembleLinear_{i}": {
+                "kernel": jnp.asarray(l.weight.detach().numpy()),
+                "bias": jnp.asarray(l.bias.detach().numpy()),
+            }
+            for i, l in enumerate(t_model.layers)
+        }
+    }
     params["params"]["max_logvar"] = jnp.asarray(t_model.max_logvar.detach().numpy())
     params["params"]["min_logvar"] = jnp.asarray(t_model.min_logvar.detach().numpy())
     j_model = jx.ProbabilisticEnsemble(E, out_dim, hidden)
@@ -142,8 +176,12 @@ def test_networks_agree_on_the_same_weights(twins, data):
     mean_j, logvar_j = j_model.apply(params, xn)
     np.testing.assert_allclose(mean_t.detach().numpy(), np.asarray(mean_j), atol=TOL, rtol=TOL)
     np.testing.assert_allclose(logvar_t.detach().numpy(), np.asarray(logvar_j), atol=TOL, rtol=TOL)
-    np.testing.assert_allclose(t_model.sample(T(x), T(eps)).detach().numpy(),
-                               np.asarray(jx.ensemble_sample(j_model, params, norm, x, eps)), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        t_model.sample(T(x), T(eps)).detach().numpy(),
+        np.asarray(jx.ensemble_sample(j_model, params, norm, x, eps)),
+        atol=TOL,
+        rtol=TOL,
+    )
     y = rng.normal(size=(E, 20, out_dim)).astype(np.float32)
     loss_t = pt.ensemble_loss(mean_t, logvar_t, T(y), t_model.max_logvar, t_model.min_logvar, 0.01)
     loss_t.backward()
@@ -151,14 +189,19 @@ def test_networks_agree_on_the_same_weights(twins, data):
     def loss_j(p):
         mu, lv = j_model.apply(p, xn)
         return jx.ensemble_loss(mu, lv, y, p["params"]["max_logvar"], p["params"]["min_logvar"], 0.01)
+
     value, grads = jax.value_and_grad(loss_j)(params)
     assert abs(loss_t.item() - float(value)) < TOL * max(1.0, abs(float(value)))
     for i, l in enumerate(t_model.layers):
         g = grads["params"][f"EnsembleLinear_{i}"]
         np.testing.assert_allclose(l.weight.grad.numpy(), np.asarray(g["kernel"]), atol=TOL, rtol=1e-4)
         np.testing.assert_allclose(l.bias.grad.numpy(), np.asarray(g["bias"]), atol=TOL, rtol=1e-4)
-    np.testing.assert_allclose(t_model.max_logvar.grad.numpy(), np.asarray(grads["params"]["max_logvar"]), atol=TOL)
-    np.testing.assert_allclose(t_model.min_logvar.grad.numpy(), np.asarray(grads["params"]["min_logvar"]), atol=TOL)
+    np.testing.assert_allclose(
+        t_model.max_logvar.grad.numpy(), np.asarray(grads["params"]["max_logvar"]), atol=TOL
+    )
+    np.testing.assert_allclose(
+        t_model.min_logvar.grad.numpy(), np.asarray(grads["params"]["min_logvar"]), atol=TOL
+    )
 
 
 # ----------------------------------------------------------------------------- same weights, same draws
@@ -166,13 +209,21 @@ def twin_ensembles(pt, jx, E=5, in_dim=4, out_dim=3, hidden=32):
     """A torch ensemble (torch.manual_seed(0)) and the JAX module with its weights copied over."""
     torch.manual_seed(0)
     t_model = pt.ProbabilisticEnsemble(E, in_dim, out_dim, hidden)
-    params = {"params": {f"EnsembleLinear_{i}": {"kernel": jnp.asarray(l.weight.detach().numpy()),
-                                                 "bias": jnp.asarray(l.bias.detach().numpy())}
-                         for i, l in enumerate(t_model.layers)}}
+    params = {
+        "params": {
+            f"EnsembleLinear_{i}": {
+                "kernel": jnp.asarray(l.weight.detach().numpy()),
+                "bias": jnp.asarray(l.bias.detach().numpy()),
+            }
+            for i, l in enumerate(t_model.layers)
+        }
+    }
     params["params"]["max_logvar"] = jnp.asarray(t_model.max_logvar.detach().numpy())
     params["params"]["min_logvar"] = jnp.asarray(t_model.min_logvar.detach().numpy())
     j_model = jx.ProbabilisticEnsemble(E, out_dim, hidden)
-    assert jax.tree.structure(j_model.init(jax.random.PRNGKey(0), jnp.zeros((E, 1, in_dim)))) == jax.tree.structure(params)
+    assert jax.tree.structure(
+        j_model.init(jax.random.PRNGKey(0), jnp.zeros((E, 1, in_dim)))
+    ) == jax.tree.structure(params)
     return t_model, j_model, params
 
 
@@ -224,7 +275,9 @@ def planner_inputs(pt, jx, data):
     return t_model, j_model, params, jx.make_normalizer(inputs, targets), low, high
 
 
-PLAN = SimpleNamespace(horizon=6, particles=2, population=20, num_elites=4, cem_iterations=3, cem_smoothing=0.1)
+PLAN = SimpleNamespace(
+    horizon=6, particles=2, population=20, num_elites=4, cem_iterations=3, cem_smoothing=0.1
+)
 
 
 def test_planner_returns_parity(twins, data, monkeypatch):
@@ -265,9 +318,13 @@ def test_planner_cem_plan_parity(twins, data, monkeypatch):
     j_planner = jx.Planner(j_model, PLAN, low, high, key)
     action_j, mean_j, _ = j_planner.plan(params, norm, jnp.asarray(obs), j_planner.mean, key)
     _, noise_key, returns_key = jax.random.split(key, 3)
-    draws = [np.asarray(jax.random.normal(noise_key, (PLAN.cem_iterations, PLAN.population, PLAN.horizon, 1)))]
+    draws = [
+        np.asarray(jax.random.normal(noise_key, (PLAN.cem_iterations, PLAN.population, PLAN.horizon, 1)))
+    ]
     for i in range(PLAN.cem_iterations):
-        draws += ts1_draws(jax.random.fold_in(returns_key, i), PLAN.population * PLAN.particles, 5, 3, PLAN.horizon)
+        draws += ts1_draws(
+            jax.random.fold_in(returns_key, i), PLAN.population * PLAN.particles, 5, 3, PLAN.horizon
+        )
     fed = FedTorch(draws)
     monkeypatch.setattr(pt, "torch", fed)
     t_planner = pt.Planner(t_model, PLAN, low, high)
@@ -286,11 +343,13 @@ def _fit_both(twins, data, t_opt, j_opt, num_updates):
     t_model, j_model, params = twin_ensembles(pt, jx)
     before = {n: p.detach().clone() for n, p in t_model.named_parameters()}
     inputs, targets = transitions(data)
-    loss_t = pt.fit_ensemble(t_model, t_opt(t_model.parameters()), inputs, targets, num_updates, 32, 0.01,
-                             np.random.default_rng(3))
+    loss_t = pt.fit_ensemble(
+        t_model, t_opt(t_model.parameters()), inputs, targets, num_updates, 32, 0.01, np.random.default_rng(3)
+    )
     fit = jx.make_fit(j_model, j_opt, 0.01)
-    new_params, _, norm, loss_j = jx.fit_ensemble(j_model, fit, params, j_opt.init(params), inputs, targets,
-                                                  num_updates, 32, np.random.default_rng(3))
+    new_params, _, norm, loss_j = jx.fit_ensemble(
+        j_model, fit, params, j_opt.init(params), inputs, targets, num_updates, 32, np.random.default_rng(3)
+    )
     for k in ("in_mean", "in_std", "out_mean", "out_std"):
         np.testing.assert_allclose(getattr(t_model, k).numpy(), np.asarray(norm[k]), atol=TOL, rtol=TOL)
     assert abs(loss_t - loss_j) < TOL * max(1.0, abs(loss_j))
@@ -309,8 +368,9 @@ def test_fit_ensemble_sgd_step_parity(twins, data):
     """One fit step through the real fitting code (torch fit_ensemble; JAX fit_ensemble -> make_fit),
     plain SGD with lr 1 so the step is the gradient itself: the same normaliser, the same loss, and
     the same gradient (before - after) of every parameter."""
-    t_model, before, params, new_params = _fit_both(twins, data, lambda ps: torch.optim.SGD(ps, lr=1.0),
-                                                    optax.sgd(1.0), 1)
+    t_model, before, params, new_params = _fit_both(
+        twins, data, lambda ps: torch.optim.SGD(ps, lr=1.0), optax.sgd(1.0), 1
+    )
     for name, p in t_model.named_parameters():
         g_t = (before[name] - p.detach()).numpy()
         g_j = flax_leaf(params, name) - flax_leaf(new_params, name)
@@ -321,8 +381,9 @@ def test_fit_ensemble_sgd_step_parity(twins, data):
 def test_fit_ensemble_adam_parity(twins, data):
     """The fit as training runs it: Adam (lr 1e-3), 5 steps on bootstrap minibatches drawn from the
     same rng seed, from the same weights: the last loss and every parameter afterwards agree."""
-    t_model, before, params, new_params = _fit_both(twins, data, lambda ps: torch.optim.Adam(ps, lr=1e-3),
-                                                    optax.adam(1e-3), 5)
+    t_model, before, params, new_params = _fit_both(
+        twins, data, lambda ps: torch.optim.Adam(ps, lr=1e-3), optax.adam(1e-3), 5
+    )
     for name, p in t_model.named_parameters():
         assert not torch.equal(before[name], p.detach())
         np.testing.assert_allclose(p.detach().numpy(), flax_leaf(new_params, name), atol=TOL, rtol=TOL)

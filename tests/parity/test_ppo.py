@@ -1,10 +1,12 @@
 """Tier 2 for PPO: the twins' module-level math agrees within 1e-5 on identical random batches
 (with episode ends), values and gradients with respect to the inputs."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -77,7 +79,9 @@ def test_policy_loss_and_gradient_parity(twins, batch, clip_coef):
 def test_value_loss_and_gradient_parity(twins, batch, clip_coef):
     pt, jx = twins
     v = torch.tensor(batch["v"], requires_grad=True)
-    loss_t = pt.ppo_value_loss(v, torch.as_tensor(batch["v_old"]), torch.as_tensor(batch["returns"]), clip_coef)
+    loss_t = pt.ppo_value_loss(
+        v, torch.as_tensor(batch["v_old"]), torch.as_tensor(batch["returns"]), clip_coef
+    )
     loss_t.backward()
     f = lambda v: jx.ppo_value_loss(v, batch["v_old"], batch["returns"], clip_coef)
     loss_j, g_v = jax.value_and_grad(f)(batch["v"])
@@ -94,7 +98,9 @@ def test_networks_agree_on_the_same_weights(twins):
     j_agent = jx.Agent(4, 2)
     initialised = j_agent.init(jax.random.PRNGKey(0))
     params = {"actor": torch_to_flax_params(t_agent.actor), "critic": torch_to_flax_params(t_agent.critic)}
-    assert jax.tree.structure(params) == jax.tree.structure(initialised)  # every JAX weight has a torch source
+    assert jax.tree.structure(params) == jax.tree.structure(
+        initialised
+    )  # every JAX weight has a torch source
     obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
     actions = np.random.default_rng(1).integers(0, 2, size=16)
     logp_t, ent_t, v_t = t_agent.evaluate_actions(torch.as_tensor(obs), torch.as_tensor(actions))

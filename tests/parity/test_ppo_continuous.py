@@ -1,11 +1,13 @@
 """Tier 2 for continuous-action PPO: the twins' Gaussian log-prob and entropy (the math that is
 new relative to algos/ppo_*.py) agree within 1e-5 on identical random inputs, values and gradients
 with respect to the mean, the log-std and the actions; the shared PPO functions are checked too."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-5
@@ -37,7 +39,9 @@ def batch(request):
 
 def test_gaussian_log_prob_and_gradient_parity(twins, batch):
     pt, jx = twins
-    mean, log_std, actions = (torch.tensor(batch[k], requires_grad=True) for k in ("mean", "log_std", "actions"))
+    mean, log_std, actions = (
+        torch.tensor(batch[k], requires_grad=True) for k in ("mean", "log_std", "actions")
+    )
     logp_t = pt.gaussian_log_prob(mean, log_std, actions)
     # a weighted sum, so that each sample's gradient is checked, not only their total
     weights = np.linspace(-1.0, 1.0, len(batch["mean"]), dtype=np.float32)
@@ -60,8 +64,12 @@ def test_gaussian_entropy_and_gradient_parity(twins, batch):
     np.testing.assert_allclose(log_std.grad.numpy(), np.asarray(g_j), atol=TOL, rtol=TOL)
     # broadcast to a batch, as evaluate_actions does: one entropy per sample
     wide = np.broadcast_to(batch["log_std"], batch["mean"].shape)
-    np.testing.assert_allclose(pt.gaussian_entropy(torch.as_tensor(wide.copy())).numpy(),
-                               np.asarray(jx.gaussian_entropy(jnp.asarray(wide))), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        pt.gaussian_entropy(torch.as_tensor(wide.copy())).numpy(),
+        np.asarray(jx.gaussian_entropy(jnp.asarray(wide))),
+        atol=TOL,
+        rtol=TOL,
+    )
 
 
 def test_compute_gae_parity(twins, batch):
@@ -80,13 +88,24 @@ def test_policy_loss_on_gaussian_log_probs_gradient_parity(twins, batch):
     mean, log_std = (torch.tensor(batch[k], requires_grad=True) for k in ("mean", "log_std"))
     logp_old = batch["logp_old"]
     # old log-probs near the new ones, so that some ratios fall inside the clip and some outside
-    logp_old = pt.gaussian_log_prob(torch.as_tensor(batch["mean"]), torch.as_tensor(batch["log_std"]),
-                                    torch.as_tensor(batch["actions"])).numpy() + 0.3 * logp_old
-    loss_t = pt.ppo_policy_loss(pt.gaussian_log_prob(mean, log_std, torch.as_tensor(batch["actions"])),
-                                torch.as_tensor(logp_old), torch.as_tensor(batch["advantages"]), 0.2)
+    logp_old = (
+        pt.gaussian_log_prob(
+            torch.as_tensor(batch["mean"]),
+            torch.as_tensor(batch["log_std"]),
+            torch.as_tensor(batch["actions"]),
+        ).numpy()
+        + 0.3 * logp_old
+    )
+    loss_t = pt.ppo_policy_loss(
+        pt.gaussian_log_prob(mean, log_std, torch.as_tensor(batch["actions"])),
+        torch.as_tensor(logp_old),
+        torch.as_tensor(batch["advantages"]),
+        0.2,
+    )
     loss_t.backward()
-    f = lambda m, s: jx.ppo_policy_loss(jx.gaussian_log_prob(m, s, batch["actions"]), logp_old,
-                                        batch["advantages"], 0.2)
+    f = lambda m, s: jx.ppo_policy_loss(
+        jx.gaussian_log_prob(m, s, batch["actions"]), logp_old, batch["advantages"], 0.2
+    )
     loss_j, (g_m, g_s) = jax.value_and_grad(f, argnums=(0, 1))(batch["mean"], batch["log_std"])
     assert abs(loss_t.item() - float(loss_j)) < TOL
     np.testing.assert_allclose(mean.grad.numpy(), np.asarray(g_m), atol=TOL, rtol=TOL)

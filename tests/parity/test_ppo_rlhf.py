@@ -2,11 +2,13 @@
 ppo_policy_loss and clipped_value_loss (values and gradients) and adaptive_kl_update agree within
 1e-4 on identical random inputs, and the critic initialised from one reward-model checkpoint gives
 the same per-token values in both."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -40,15 +42,19 @@ def batch(request):
 
 
 def close(a, b):
-    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), atol=TOL, rtol=TOL
+    )
 
 
 @pytest.mark.parametrize("kl_coef", [0.0, 0.05, 0.5])
 def test_per_token_rewards_parity(twins, batch, kl_coef):
     pt, jx = twins
     args = [batch[k] for k in ("old_logp", "ref_logp", "scores", "mask")]
-    for a, b in zip(pt.per_token_rewards(*map(torch.as_tensor, args), kl_coef),
-                    jx.per_token_rewards(*map(jnp.asarray, args), kl_coef)):
+    for a, b in zip(
+        pt.per_token_rewards(*map(torch.as_tensor, args), kl_coef),
+        jx.per_token_rewards(*map(jnp.asarray, args), kl_coef),
+    ):
         close(a.numpy(), b)
 
 
@@ -60,8 +66,10 @@ def test_gae_and_whitening_parity(twins, batch, gamma, lam):
     out_j = jx.compute_gae(*map(jnp.asarray, args), gamma, lam)
     for a, b in zip(out_t, out_j):
         close(a.numpy(), b)
-    close(pt.whiten_masked(out_t[0], torch.as_tensor(batch["mask"])).numpy(),
-          jx.whiten_masked(out_j[0], jnp.asarray(batch["mask"])))
+    close(
+        pt.whiten_masked(out_t[0], torch.as_tensor(batch["mask"])).numpy(),
+        jx.whiten_masked(out_j[0], jnp.asarray(batch["mask"])),
+    )
 
 
 @pytest.mark.parametrize("clip_coef", [0.1, 0.2, 0.3])
@@ -93,7 +101,9 @@ def test_value_loss_and_gradient_parity(twins, batch, clip_coef):
 @pytest.mark.parametrize("kl", [0.0, 0.9, 1.0, 1.1, 5.0])
 def test_adaptive_kl_update_parity(twins, kl):
     pt, jx = twins
-    assert pt.adaptive_kl_update(0.05, kl, 1.0, 10000, 256) == jx.adaptive_kl_update(0.05, kl, 1.0, 10000, 256)
+    assert pt.adaptive_kl_update(0.05, kl, 1.0, 10000, 256) == jx.adaptive_kl_update(
+        0.05, kl, 1.0, 10000, 256
+    )
 
 
 def test_critic_values_on_one_reward_model_checkpoint(twins, tmp_path):
@@ -117,14 +127,20 @@ def test_critic_values_on_one_reward_model_checkpoint(twins, tmp_path):
 
     with torch.no_grad():
         critic_t = pt.Critic(rm_t.load_reward_model(tmp_path / "rm.npz"))
-        v_t = critic_t(torch.as_tensor(full[:, :-1]))[:, P - 1:].numpy()
+        v_t = critic_t(torch.as_tensor(full[:, :-1]))[:, P - 1 :].numpy()
     net, params = rm_j.load_reward_model(tmp_path / "rm.npz")
-    v_j = np.asarray(jx.Critic(net.config).apply(params, jnp.asarray(full[:, :-1])))[:, P - 1:]
+    v_j = np.asarray(jx.Critic(net.config).apply(params, jnp.asarray(full[:, :-1])))[:, P - 1 :]
     close(v_t, v_j)
     scores = rng.normal(size=16).astype(np.float32)
     logp = np.log(rng.uniform(0.1, 1.0, (16, 4))).astype(np.float32)
-    r_t, _ = pt.per_token_rewards(torch.as_tensor(logp), torch.zeros(16, 4), torch.as_tensor(scores), torch.as_tensor(mask), 0.1)
-    r_j, _ = jx.per_token_rewards(jnp.asarray(logp), jnp.zeros((16, 4)), jnp.asarray(scores), jnp.asarray(mask), 0.1)
-    for a, b in zip(pt.compute_gae(r_t, torch.as_tensor(v_t), torch.as_tensor(mask), 1.0, 0.95),
-                    jx.compute_gae(r_j, jnp.asarray(v_j), jnp.asarray(mask), 1.0, 0.95)):
+    r_t, _ = pt.per_token_rewards(
+        torch.as_tensor(logp), torch.zeros(16, 4), torch.as_tensor(scores), torch.as_tensor(mask), 0.1
+    )
+    r_j, _ = jx.per_token_rewards(
+        jnp.asarray(logp), jnp.zeros((16, 4)), jnp.asarray(scores), jnp.asarray(mask), 0.1
+    )
+    for a, b in zip(
+        pt.compute_gae(r_t, torch.as_tensor(v_t), torch.as_tensor(mask), 1.0, 0.95),
+        jx.compute_gae(r_j, jnp.asarray(v_j), jnp.asarray(mask), 1.0, 0.95),
+    ):
         close(a.numpy(), b)

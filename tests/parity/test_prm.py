@@ -3,11 +3,13 @@ stub policy), masked_bce_loss (value and gradient), aggregate_step_scores, best_
 best_of_n_table and best_of_n_kl agree within 1e-4 on identical inputs, and so does the whole
 chain -- one checkpoint and head, one batch of solutions, per-position logits, the PRM and ORM
 losses and the aggregated scores."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -28,9 +30,13 @@ def batch(request):
     mask[:, 6:9] = 1.0
     mask[rng.random(B) < 0.3, 8:] = 0.0
     mask[:3] = 0.0  # solutions without a step
-    return {"logits": f32(rng.normal(0, 2, (B, T))), "labels": f32(rng.random((B, T))),
-            "hard": f32(rng.random((B, T)) < 0.5), "mask": mask,
-            "scores": f32(rng.normal(size=(8, 4, 4)).round(1))}  # rounded: ties happen
+    return {
+        "logits": f32(rng.normal(0, 2, (B, T))),
+        "labels": f32(rng.random((B, T))),
+        "hard": f32(rng.random((B, T)) < 0.5),
+        "mask": mask,
+        "scores": f32(rng.normal(size=(8, 4, 4)).round(1)),
+    }  # rounded: ties happen
 
 
 def stub(prefixes, max_new_tokens):
@@ -52,8 +58,9 @@ def test_mc_step_labels_parity(twins, soft):
     completions[::4, :3] = [tasks.encode(tasks.answer_text(int(a + b), 2)) for a, b in pairs[::4]]
     completions[::4, 3] = tasks.EOS
     l_t, s_t = pt.mc_step_labels(pairs, completions, stub, 3, 2, soft)
-    l_j, s_j, _ = jx.mc_step_labels(pairs, completions, lambda p, k, key: (stub(p, k), key), 3, 2,
-                                    jax.random.PRNGKey(0), soft)
+    l_j, s_j, _ = jx.mc_step_labels(
+        pairs, completions, lambda p, k, key: (stub(p, k), key), 3, 2, jax.random.PRNGKey(0), soft
+    )
     np.testing.assert_array_equal(s_t, s_j)
     np.testing.assert_array_equal(s_t, pt.step_mask(completions))
     np.testing.assert_allclose(l_t, l_j, atol=TOL)
@@ -76,7 +83,9 @@ def test_masked_bce_loss_and_gradient_parity(twins, batch, labels):
 @pytest.mark.parametrize("how", ["min", "product"])
 def test_aggregate_step_scores_parity(twins, batch, how):
     pt, jx = twins
-    a_t = pt.aggregate_step_scores(torch.as_tensor(batch["logits"]), torch.as_tensor(batch["mask"]), how).numpy()
+    a_t = pt.aggregate_step_scores(
+        torch.as_tensor(batch["logits"]), torch.as_tensor(batch["mask"]), how
+    ).numpy()
     a_j = np.asarray(jx.aggregate_step_scores(jnp.asarray(batch["logits"]), jnp.asarray(batch["mask"]), how))
     np.testing.assert_allclose(a_t, a_j, atol=TOL, rtol=TOL)
     assert (a_t[:3] == 0).all()
@@ -84,14 +93,17 @@ def test_aggregate_step_scores_parity(twins, batch, how):
 
 def test_best_of_n_select_table_and_kl_parity(twins, batch):
     pt, jx = twins
-    np.testing.assert_array_equal(pt.best_of_n_select(torch.as_tensor(batch["scores"])).numpy(),
-                                  np.asarray(jx.best_of_n_select(jnp.asarray(batch["scores"]))))
+    np.testing.assert_array_equal(
+        pt.best_of_n_select(torch.as_tensor(batch["scores"])).numpy(),
+        np.asarray(jx.best_of_n_select(jnp.asarray(batch["scores"]))),
+    )
     rng = np.random.default_rng(0)
     gold = (rng.random((8, 16)) < 0.5).astype(np.float32)
     answers = rng.choice(["100", "200", "300"], size=(8, 16))
     scores = {"prm": batch["scores"].reshape(8, 16), "orm": -batch["scores"].reshape(8, 16)}
-    assert pt.best_of_n_table(scores, gold, answers, [1, 2, 4, 8, 16]) == \
-        jx.best_of_n_table(scores, gold, answers, [1, 2, 4, 8, 16])
+    assert pt.best_of_n_table(scores, gold, answers, [1, 2, 4, 8, 16]) == jx.best_of_n_table(
+        scores, gold, answers, [1, 2, 4, 8, 16]
+    )
     for n in (1, 2, 4, 8, 16):
         assert abs(pt.best_of_n_kl(n) - jx.best_of_n_kl(n)) < 1e-12
 
@@ -111,7 +123,9 @@ def test_reward_models_on_one_checkpoint_and_batch(twins, tmp_path):
     completions[::5, 1] = tasks.EOS
     P = tasks.prompt_len(2)
     tokens = np.concatenate([tasks.encode_prompts(pairs, 2), completions], axis=1)
-    steps = np.concatenate([np.zeros((32, P), dtype=np.float32), pt.step_mask(completions).astype(np.float32)], axis=1)
+    steps = np.concatenate(
+        [np.zeros((32, P), dtype=np.float32), pt.step_mask(completions).astype(np.float32)], axis=1
+    )
     labels = (rng.random(steps.shape) < 0.5).astype(np.float32)
     last = np.zeros_like(steps)
     last[np.arange(32), pt.last_index(P, completions)] = 1.0
@@ -133,15 +147,27 @@ def test_reward_models_on_one_checkpoint_and_batch(twins, tmp_path):
         lm_j = load_script("llm/tinylm_jax.py")
         policy, params = lm_j.load_checkpoint(tmp_path / "sft.npz")
         model = jx.StepRewardModel(policy.config)
-        params = {"params": {"lm": params["params"], "head": {"kernel": jnp.asarray(w)[:, None], "bias": jnp.asarray([b])}}}
+        params = {
+            "params": {
+                "lm": params["params"],
+                "head": {"kernel": jnp.asarray(w)[:, None], "bias": jnp.asarray([b])},
+            }
+        }
         z = model.apply(params, jnp.asarray(tokens))
-        f = lambda z: jx.masked_bce_loss(z, jnp.asarray(labels), jnp.asarray(steps))[0] + \
-            jx.masked_bce_loss(z, jnp.asarray(labels), jnp.asarray(last))[0]
+        f = lambda z: (
+            jx.masked_bce_loss(z, jnp.asarray(labels), jnp.asarray(steps))[0]
+            + jx.masked_bce_loss(z, jnp.asarray(labels), jnp.asarray(last))[0]
+        )
         prm_loss = jx.masked_bce_loss(z, jnp.asarray(labels), jnp.asarray(steps))[0]
         orm_loss = jx.masked_bce_loss(z, jnp.asarray(labels), jnp.asarray(last))[0]
-        return (np.asarray(z), float(prm_loss), float(orm_loss), np.asarray(jax.grad(f)(z)),
-                np.asarray(jx.aggregate_step_scores(z, jnp.asarray(steps), "min")),
-                np.asarray(jx.aggregate_step_scores(z, jnp.asarray(steps), "product")))
+        return (
+            np.asarray(z),
+            float(prm_loss),
+            float(orm_loss),
+            np.asarray(jax.grad(f)(z)),
+            np.asarray(jx.aggregate_step_scores(z, jnp.asarray(steps), "min")),
+            np.asarray(jx.aggregate_step_scores(z, jnp.asarray(steps), "product")),
+        )
 
     for a, c in zip(chain_torch(), chain_jax()):
         np.testing.assert_allclose(a, c, atol=TOL, rtol=TOL)

@@ -1,9 +1,11 @@
 """Tier 2 for QR-DQN: quantile_taus and quantile_huber_loss (values and gradients, for several
 kappa) agree between the twins within 1e-5 on identical random batches."""
+
 import jax
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-5

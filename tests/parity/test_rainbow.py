@@ -1,11 +1,13 @@
 """Tier 2 for Rainbow: every module-level function agrees between the twins within 1e-5 on
 identical random inputs (values, and gradients of the loss and the noisy layer), and the networks
 agree on the same weights with the noise off."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_dense
 
 TOL = 1e-5
@@ -48,8 +50,12 @@ def test_noisy_linear_and_gradient_parity(twins, seed):
     t_args = [torch.tensor(a, requires_grad=True) for a in args]
     pt.noisy_linear(*t_args).sum().backward()
     grads = jax.grad(lambda *a: jx.noisy_linear(*a).sum(), argnums=(0, 1, 2, 3, 4))(*args)
-    np.testing.assert_allclose(pt.noisy_linear(*map(torch.as_tensor, args)).numpy(), np.asarray(jx.noisy_linear(*args)),
-                               atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        pt.noisy_linear(*map(torch.as_tensor, args)).numpy(),
+        np.asarray(jx.noisy_linear(*args)),
+        atol=TOL,
+        rtol=TOL,
+    )
     for t, g in zip(t_args[:5], grads):
         np.testing.assert_allclose(t.grad.numpy(), np.asarray(g), atol=1e-4, rtol=TOL)
 
@@ -72,8 +78,14 @@ def test_networks_agree_on_the_same_weights_with_noise_off(twins):
     lin = [l for l in t_net.trunk if isinstance(l, torch.nn.Linear)]
     p = {f"Dense_{i}": torch_dense(l) for i, l in enumerate(lin)}
     for i, layer in enumerate((t_net.value, t_net.advantage)):
-        p[f"NoisyLinear_{i}"] = {k: jnp.asarray(getattr(layer, k).detach().numpy()) for k in ("mu_w", "sigma_w", "mu_b", "sigma_b")}
+        p[f"NoisyLinear_{i}"] = {
+            k: jnp.asarray(getattr(layer, k).detach().numpy()) for k in ("mu_w", "sigma_w", "mu_b", "sigma_b")
+        }
     params = {"params": p}
     obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
-    np.testing.assert_allclose(t_net(torch.as_tensor(obs)).detach().numpy(), np.asarray(j_net.apply(params, obs, False)),
-                               atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        t_net(torch.as_tensor(obs)).detach().numpy(),
+        np.asarray(j_net.apply(params, obs, False)),
+        atol=TOL,
+        rtol=TOL,
+    )

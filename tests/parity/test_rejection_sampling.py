@@ -2,11 +2,13 @@
 rejection_sampling_loss (value and gradient) agree within 1e-4 on identical random inputs, and the
 whole chain -- one checkpoint, one batch of prompts and sampled-looking completions scored by the
 verifier, filtered, batched, the loss and its gradient with respect to the logits -- agrees too."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4

@@ -1,10 +1,12 @@
 """Tier 2 for the reward model: bradley_terry_loss (value and gradient) agrees between the twins
 within 1e-4, and so do the scores of one checkpoint with the same head weights."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -48,6 +50,8 @@ def test_scores_parity_on_one_checkpoint(twins, tmp_path):
         rm_t.head.bias.copy_(torch.as_tensor(b))
         s_t = rm_t(torch.as_tensor(tokens), torch.as_tensor(last)).numpy()
     lm, lm_params = lm_j.load_checkpoint(tmp_path / "sft.npz")
-    params = {"params": {"lm": lm_params["params"], "head": {"kernel": jnp.asarray(w), "bias": jnp.asarray(b)}}}
+    params = {
+        "params": {"lm": lm_params["params"], "head": {"kernel": jnp.asarray(w), "bias": jnp.asarray(b)}}
+    }
     s_j = np.asarray(jx.RewardModel(lm.config).apply(params, jnp.asarray(tokens), jnp.asarray(last)))
     np.testing.assert_allclose(s_t, s_j, atol=TOL, rtol=TOL)

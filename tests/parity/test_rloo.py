@@ -2,11 +2,13 @@
 gradient) agree within 1e-4 on identical random inputs, and the whole chain -- one checkpoint, one
 batch of prompts and sampled-looking completions, token log-probs, the KL folded into the reward,
 leave-one-out advantages, RLOO loss -- agrees too."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -101,7 +103,10 @@ def test_rloo_loss_on_one_checkpoint_and_batch(twins, tmp_path):
     beta = 0.05
 
     def chain_torch():
-        policy, ref = lm_t.load_checkpoint(tmp_path / "policy.npz"), lm_t.load_checkpoint(tmp_path / "ref.npz")
+        policy, ref = (
+            lm_t.load_checkpoint(tmp_path / "policy.npz"),
+            lm_t.load_checkpoint(tmp_path / "ref.npz"),
+        )
         x, y, msk = torch.as_tensor(inputs), torch.as_tensor(labels), torch.as_tensor(mask)
         logp = lm_t.token_logps(policy(x), y, 0.8).detach().requires_grad_(True)
         ref_logp = lm_t.token_logps(ref(x), y, 0.8).detach()
@@ -112,7 +117,10 @@ def test_rloo_loss_on_one_checkpoint_and_batch(twins, tmp_path):
         return logp.detach().numpy(), seq_kl.numpy(), adv.numpy(), loss.item(), logp.grad.numpy()
 
     def chain_jax():
-        (model, params), (_, ref_params) = lm_j.load_checkpoint(tmp_path / "policy.npz"), lm_j.load_checkpoint(tmp_path / "ref.npz")
+        (model, params), (_, ref_params) = (
+            lm_j.load_checkpoint(tmp_path / "policy.npz"),
+            lm_j.load_checkpoint(tmp_path / "ref.npz"),
+        )
         msk = jnp.asarray(mask)
         logp = lm_j.token_logps(model.apply(params, jnp.asarray(inputs)), jnp.asarray(labels), 0.8)
         ref_logp = lm_j.token_logps(model.apply(ref_params, jnp.asarray(inputs)), jnp.asarray(labels), 0.8)
@@ -120,8 +128,13 @@ def test_rloo_loss_on_one_checkpoint_and_batch(twins, tmp_path):
         adv = jx.rloo_advantages((jnp.asarray(rewards) - beta * seq_kl).reshape(16, 4)).reshape(-1)
         f = lambda lp: jx.rloo_loss(lp, logp + 0.02, adv, msk, 0.2)
         loss, _ = f(logp)
-        return (np.asarray(logp), np.asarray(seq_kl), np.asarray(adv), float(loss),
-                np.asarray(jax.grad(lambda lp: f(lp)[0])(logp)))
+        return (
+            np.asarray(logp),
+            np.asarray(seq_kl),
+            np.asarray(adv),
+            float(loss),
+            np.asarray(jax.grad(lambda lp: f(lp)[0])(logp)),
+        )
 
     for a, b in zip(chain_torch(), chain_jax()):
         np.testing.assert_allclose(a, b, atol=TOL, rtol=TOL)

@@ -1,10 +1,12 @@
 """Tier 2 for RND: the twins' module-level math agrees within 1e-5 on identical random batches
 (with episode ends), values and gradients; and the networks are the same function on the same weights."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_dense
 
 TOL = 1e-5
@@ -77,10 +79,12 @@ def test_combine_advantages_parity(twins, batch, per_head):
 
 def test_running_moments_parity(twins, batch):
     pt, jx = twins
-    out_t = pt.update_running_moments(torch.as_tensor(batch["mean"]), torch.as_tensor(batch["var"]), 37.0,
-                                      torch.as_tensor(batch["obs"]))
-    out_j = jx.update_running_moments(jnp.asarray(batch["mean"]), jnp.asarray(batch["var"]), 37.0,
-                                      jnp.asarray(batch["obs"]))
+    out_t = pt.update_running_moments(
+        torch.as_tensor(batch["mean"]), torch.as_tensor(batch["var"]), 37.0, torch.as_tensor(batch["obs"])
+    )
+    out_j = jx.update_running_moments(
+        jnp.asarray(batch["mean"]), jnp.asarray(batch["var"]), 37.0, jnp.asarray(batch["obs"])
+    )
     for a, b in zip(out_t[:2], out_j[:2]):
         np.testing.assert_allclose(a.numpy(), np.asarray(b), atol=TOL, rtol=TOL)
     assert out_t[2] == out_j[2] == 37.0 + len(batch["obs"])
@@ -95,7 +99,9 @@ def test_normalize_obs_parity(twins, batch):
 
 def test_discounted_reward_stream_parity(twins, batch):
     pt, jx = twins
-    s_t, l_t = pt.discounted_reward_stream(torch.as_tensor(batch["running"]), torch.as_tensor(batch["rewards"]), 0.99)
+    s_t, l_t = pt.discounted_reward_stream(
+        torch.as_tensor(batch["running"]), torch.as_tensor(batch["rewards"]), 0.99
+    )
     s_j, l_j = jx.discounted_reward_stream(batch["running"], batch["rewards"], 0.99)
     np.testing.assert_allclose(s_t.numpy(), np.asarray(s_j), atol=TOL, rtol=TOL)
     np.testing.assert_allclose(l_t.numpy(), np.asarray(l_j), atol=TOL, rtol=TOL)

@@ -1,11 +1,13 @@
 """Tier 2 for SAC: on identical parameters and batches (with terminations), the twins' tanh term,
 squashed samples and log-probs, critic targets and losses, actor and temperature losses and their
 gradients agree within 1e-5; and the networks are the same function on the same weights."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_dense
 
 TOL = 1e-5
@@ -30,8 +32,10 @@ def batch(request):
         "bias": f32(rng.normal(size=A)),
         "rewards": f32(rng.normal(size=B)),
         "terminated": f32(rng.random(B) < 0.1),
-        "q1": f32(rng.normal(size=B)), "q2": f32(rng.normal(size=B)),
-        "next_q1": f32(rng.normal(size=B)), "next_q2": f32(rng.normal(size=B)),
+        "q1": f32(rng.normal(size=B)),
+        "q2": f32(rng.normal(size=B)),
+        "next_q1": f32(rng.normal(size=B)),
+        "next_q2": f32(rng.normal(size=B)),
         "log_prob": f32(rng.normal(size=B)),
     }
 
@@ -46,7 +50,9 @@ def test_tanh_term_parity(twins, batch):
     v_t = pt.tanh_log_det_jacobian(u_t)
     v_t.sum().backward()
     v_j, g_j = jax.value_and_grad(lambda u: jx.tanh_log_det_jacobian(u).sum())(batch["u"])
-    np.testing.assert_allclose(v_t.detach().numpy(), np.asarray(jx.tanh_log_det_jacobian(batch["u"])), atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(
+        v_t.detach().numpy(), np.asarray(jx.tanh_log_det_jacobian(batch["u"])), atol=TOL, rtol=TOL
+    )
     np.testing.assert_allclose(u_t.grad.numpy(), np.asarray(g_j), atol=TOL, rtol=TOL)
 
 
@@ -63,9 +69,18 @@ def test_squashed_sample_parity(twins, batch):
 def test_critic_target_and_losses_parity(twins, batch, alpha):
     pt, jx = twins
     T = lambda k: torch.as_tensor(batch[k])
-    tgt_t = pt.soft_q_target(T("rewards"), T("terminated"), T("next_q1"), T("next_q2"), T("log_prob"), alpha, 0.99)
-    tgt_j = jx.soft_q_target(batch["rewards"], batch["terminated"], batch["next_q1"], batch["next_q2"],
-                             batch["log_prob"], alpha, 0.99)
+    tgt_t = pt.soft_q_target(
+        T("rewards"), T("terminated"), T("next_q1"), T("next_q2"), T("log_prob"), alpha, 0.99
+    )
+    tgt_j = jx.soft_q_target(
+        batch["rewards"],
+        batch["terminated"],
+        batch["next_q1"],
+        batch["next_q2"],
+        batch["log_prob"],
+        alpha,
+        0.99,
+    )
     np.testing.assert_allclose(tgt_t.numpy(), np.asarray(tgt_j), atol=TOL, rtol=TOL)
     q1, q2 = torch.tensor(batch["q1"], requires_grad=True), torch.tensor(batch["q2"], requires_grad=True)
     l1_t, l2_t = pt.critic_losses(q1, q2, tgt_t)
@@ -84,7 +99,8 @@ def test_actor_and_temperature_loss_parity(twins, batch):
     loss_t = pt.sac_actor_loss(q1, q2, lp, 0.3)
     loss_t.backward()
     loss_j, grads = jax.value_and_grad(lambda a, b, c: jx.sac_actor_loss(a, b, c, 0.3), argnums=(0, 1, 2))(
-        batch["q1"], batch["q2"], batch["log_prob"])
+        batch["q1"], batch["q2"], batch["log_prob"]
+    )
     assert abs(loss_t.item() - float(loss_j)) < TOL
     for g_t, g_j in zip((q1.grad, q2.grad, lp.grad), grads):
         np.testing.assert_allclose(g_t.numpy(), np.asarray(g_j), atol=TOL, rtol=TOL)
@@ -124,9 +140,13 @@ def test_networks_and_critic_targets_agree_on_the_same_weights(twins):
     np.testing.assert_allclose(mean_t.detach().numpy(), np.asarray(mean_j), atol=TOL, rtol=TOL)
     np.testing.assert_allclose(log_std_t.detach().numpy(), np.asarray(log_std_j), atol=TOL, rtol=TOL)
     with torch.no_grad():
-        a_t, lp_t = pt.sample_squashed(mean_t, log_std_t, torch.as_tensor(noise), t_actor.action_scale, t_actor.action_bias)
+        a_t, lp_t = pt.sample_squashed(
+            mean_t, log_std_t, torch.as_tensor(noise), t_actor.action_scale, t_actor.action_bias
+        )
         q_t = [q(torch.as_tensor(obs), a_t) for q in t_q]
-        tgt_t = pt.soft_q_target(torch.as_tensor(rewards), torch.as_tensor(terminated), q_t[0], q_t[1], lp_t, 0.2, 0.99)
+        tgt_t = pt.soft_q_target(
+            torch.as_tensor(rewards), torch.as_tensor(terminated), q_t[0], q_t[1], lp_t, 0.2, 0.99
+        )
     a_j, lp_j = jx.sample_squashed(mean_j, log_std_j, noise, agent.action_scale, agent.action_bias)
     q_j = agent.q_values(qf_params, obs, a_j)
     tgt_j = jx.soft_q_target(rewards, terminated, q_j[0], q_j[1], lp_j, 0.2, 0.99)

@@ -1,11 +1,13 @@
 """Tier 2 for SimPO: simpo_loss (values, rewards and gradients) and completion_lengths agree between
 the twins within 1e-4 on identical random sequence log-probs and lengths, and pair_logps and
 simpo_loss (value and gradient norm) on one checkpoint and one batch of completions with early <eos>."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4
@@ -42,8 +44,10 @@ def test_completion_lengths_parity(twins):
     rng = np.random.default_rng(0)
     completions = rng.integers(0, 14, size=(64, 4))
     mask = tasks.completion_mask(completions)
-    np.testing.assert_array_equal(pt.completion_lengths(torch.as_tensor(mask)).numpy(),
-                                  np.asarray(jx.completion_lengths(jnp.asarray(mask))))
+    np.testing.assert_array_equal(
+        pt.completion_lengths(torch.as_tensor(mask)).numpy(),
+        np.asarray(jx.completion_lengths(jnp.asarray(mask))),
+    )
 
 
 def test_pair_logps_and_simpo_loss_on_one_checkpoint(twins, tmp_path):
@@ -69,8 +73,13 @@ def test_pair_logps_and_simpo_loss_on_one_checkpoint(twins, tmp_path):
     J = jnp.asarray
 
     def loss_fn(params):
-        lp = [jx.pair_logps(model, params, J(prompts), J(c), J(mk)) for c, mk in ((chosen, cm), (rejected, rm))]
-        return jx.simpo_loss(*lp, jx.completion_lengths(J(cm)), jx.completion_lengths(J(rm)), beta, gamma)[0], lp
+        lp = [
+            jx.pair_logps(model, params, J(prompts), J(c), J(mk)) for c, mk in ((chosen, cm), (rejected, rm))
+        ]
+        return jx.simpo_loss(*lp, jx.completion_lengths(J(cm)), jx.completion_lengths(J(rm)), beta, gamma)[
+            0
+        ], lp
+
     (loss_j, lp_j), g_j = jax.value_and_grad(loss_fn, has_aux=True)(params)
     g_j = jax.tree_util.tree_leaves(g_j)
 

@@ -1,11 +1,13 @@
 """Tier 2 for TD3: on identical parameters and batches (with terminations), the twins' smoothed
 target actions, clipped double-Q targets, critic and actor losses and their gradients agree within
 1e-5; and the networks are the same function on the same weights."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -24,11 +26,17 @@ def batch(request):
     low = f32(-rng.uniform(0.5, 3.0, size=A))
     high = f32(rng.uniform(0.5, 3.0, size=A))
     return {
-        "target_actions": f32(rng.uniform(low, high, size=(B, A))), "noise": f32(rng.normal(scale=0.4, size=(B, A))),
-        "scale": f32((high - low) / 2), "low": low, "high": high,
-        "rewards": f32(rng.normal(size=B)), "terminated": f32(rng.random(B) < 0.1),
-        "q1": f32(rng.normal(size=B)), "q2": f32(rng.normal(size=B)),
-        "next_q1": f32(rng.normal(size=B)), "next_q2": f32(rng.normal(size=B)),
+        "target_actions": f32(rng.uniform(low, high, size=(B, A))),
+        "noise": f32(rng.normal(scale=0.4, size=(B, A))),
+        "scale": f32((high - low) / 2),
+        "low": low,
+        "high": high,
+        "rewards": f32(rng.normal(size=B)),
+        "terminated": f32(rng.random(B) < 0.1),
+        "q1": f32(rng.normal(size=B)),
+        "q2": f32(rng.normal(size=B)),
+        "next_q1": f32(rng.normal(size=B)),
+        "next_q2": f32(rng.normal(size=B)),
     }
 
 
@@ -36,7 +44,9 @@ def test_smoothing_and_target_parity(twins, batch):
     pt, jx = twins
     T = lambda k: torch.as_tensor(batch[k])
     a_t = pt.smoothed_target_actions(T("target_actions"), T("noise"), 0.5, T("scale"), T("low"), T("high"))
-    a_j = jx.smoothed_target_actions(batch["target_actions"], batch["noise"], 0.5, batch["scale"], batch["low"], batch["high"])
+    a_j = jx.smoothed_target_actions(
+        batch["target_actions"], batch["noise"], 0.5, batch["scale"], batch["low"], batch["high"]
+    )
     np.testing.assert_allclose(a_t.numpy(), np.asarray(a_j), atol=TOL, rtol=TOL)
     tgt_t = pt.td3_target(T("rewards"), T("terminated"), T("next_q1"), T("next_q2"), 0.99)
     tgt_j = jx.td3_target(batch["rewards"], batch["terminated"], batch["next_q1"], batch["next_q2"], 0.99)
@@ -44,7 +54,9 @@ def test_smoothing_and_target_parity(twins, batch):
     q1, q2 = torch.tensor(batch["q1"], requires_grad=True), torch.tensor(batch["q2"], requires_grad=True)
     l1, l2 = pt.critic_losses(q1, q2, tgt_t)
     (l1 + l2).backward()
-    loss_j, (g1, g2) = jax.value_and_grad(lambda a, b: sum(jx.critic_losses(a, b, tgt_j)), argnums=(0, 1))(batch["q1"], batch["q2"])
+    loss_j, (g1, g2) = jax.value_and_grad(lambda a, b: sum(jx.critic_losses(a, b, tgt_j)), argnums=(0, 1))(
+        batch["q1"], batch["q2"]
+    )
     assert abs((l1 + l2).item() - float(loss_j)) < TOL * max(1.0, abs(float(loss_j)))
     np.testing.assert_allclose(q1.grad.numpy(), np.asarray(g1), atol=TOL, rtol=TOL)
     np.testing.assert_allclose(q2.grad.numpy(), np.asarray(g2), atol=TOL, rtol=TOL)

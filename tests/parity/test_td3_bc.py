@@ -2,11 +2,13 @@
 normaliser, dataset preparation, smoothed target actions, clipped double-Q targets, critic losses,
 lambda and the actor loss (with and without the BC term) agree within 1e-5, values and gradients;
 and the networks are the same function on the same weights."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -29,11 +31,18 @@ def batch(request):
         "next_observations": f32(rng.normal(size=(B, O))),
         "data_actions": f32(rng.uniform(low, high, size=(B, A))),
         "policy_actions": f32(rng.uniform(low, high, size=(B, A))),
-        "target_actions": f32(rng.uniform(low, high, size=(B, A))), "noise": f32(rng.normal(scale=0.4, size=(B, A))),
-        "scale": f32((high - low) / 2), "low": low, "high": high,
-        "rewards": f32(rng.normal(size=B)), "terminals": f32(rng.random(B) < 0.1), "timeouts": f32(rng.random(B) < 0.1),
-        "q1": f32(rng.normal(loc=-20.0, scale=10.0, size=B)), "q2": f32(rng.normal(size=B)),
-        "next_q1": f32(rng.normal(size=B)), "next_q2": f32(rng.normal(size=B)),
+        "target_actions": f32(rng.uniform(low, high, size=(B, A))),
+        "noise": f32(rng.normal(scale=0.4, size=(B, A))),
+        "scale": f32((high - low) / 2),
+        "low": low,
+        "high": high,
+        "rewards": f32(rng.normal(size=B)),
+        "terminals": f32(rng.random(B) < 0.1),
+        "timeouts": f32(rng.random(B) < 0.1),
+        "q1": f32(rng.normal(loc=-20.0, scale=10.0, size=B)),
+        "q2": f32(rng.normal(size=B)),
+        "next_q1": f32(rng.normal(size=B)),
+        "next_q2": f32(rng.normal(size=B)),
     }
 
 
@@ -48,9 +57,14 @@ def test_normalizer_and_dataset_parity(twins, batch):
     mean_j, std_j = jx.state_normalizer(batch["observations"])
     close(mean_t, mean_j)
     close(std_t, std_j)
-    data = {"observations": batch["observations"], "next_observations": batch["next_observations"],
-            "actions": batch["data_actions"], "rewards": batch["rewards"], "terminals": batch["terminals"],
-            "timeouts": batch["timeouts"]}
+    data = {
+        "observations": batch["observations"],
+        "next_observations": batch["next_observations"],
+        "actions": batch["data_actions"],
+        "rewards": batch["rewards"],
+        "terminals": batch["terminals"],
+        "timeouts": batch["timeouts"],
+    }
     a_t, a_j = pt.prepare_dataset(data, mean_t, std_t), jx.prepare_dataset(data, mean_j, std_j)
     assert a_t.keys() == a_j.keys()
     for k in a_t:
@@ -60,15 +74,21 @@ def test_normalizer_and_dataset_parity(twins, batch):
 def test_smoothing_target_and_critic_parity(twins, batch):
     pt, jx = twins
     T = lambda k: torch.as_tensor(batch[k])
-    close(pt.smoothed_target_actions(T("target_actions"), T("noise"), 0.5, T("scale"), T("low"), T("high")),
-          jx.smoothed_target_actions(batch["target_actions"], batch["noise"], 0.5, batch["scale"], batch["low"], batch["high"]))
+    close(
+        pt.smoothed_target_actions(T("target_actions"), T("noise"), 0.5, T("scale"), T("low"), T("high")),
+        jx.smoothed_target_actions(
+            batch["target_actions"], batch["noise"], 0.5, batch["scale"], batch["low"], batch["high"]
+        ),
+    )
     tgt_t = pt.td3_target(T("rewards"), T("terminals"), T("next_q1"), T("next_q2"), 0.99)
     tgt_j = jx.td3_target(batch["rewards"], batch["terminals"], batch["next_q1"], batch["next_q2"], 0.99)
     close(tgt_t, tgt_j)
     q1, q2 = torch.tensor(batch["q1"], requires_grad=True), torch.tensor(batch["q2"], requires_grad=True)
     l1, l2 = pt.critic_losses(q1, q2, tgt_t)
     (l1 + l2).backward()
-    loss_j, (g1, g2) = jax.value_and_grad(lambda a, b: sum(jx.critic_losses(a, b, tgt_j)), argnums=(0, 1))(batch["q1"], batch["q2"])
+    loss_j, (g1, g2) = jax.value_and_grad(lambda a, b: sum(jx.critic_losses(a, b, tgt_j)), argnums=(0, 1))(
+        batch["q1"], batch["q2"]
+    )
     assert abs((l1 + l2).item() - float(loss_j)) < TOL * max(1.0, abs(float(loss_j)))
     close(q1.grad, g1)
     close(q2.grad, g2)
@@ -83,7 +103,9 @@ def test_lambda_and_actor_loss_parity(twins, batch, bc):
     loss_t, bc_t = pt.td3_bc_actor_loss(q, pi, torch.as_tensor(batch["data_actions"]), 2.5, bc)
     loss_t.backward()
     f = lambda q_, pi_: jx.td3_bc_actor_loss(q_, pi_, batch["data_actions"], 2.5, bc)
-    (loss_j, bc_j), (gq, gpi) = jax.value_and_grad(f, argnums=(0, 1), has_aux=True)(batch["q1"], batch["policy_actions"])
+    (loss_j, bc_j), (gq, gpi) = jax.value_and_grad(f, argnums=(0, 1), has_aux=True)(
+        batch["q1"], batch["policy_actions"]
+    )
     close(loss_t, loss_j)
     close(bc_t, bc_j)
     close(q.grad, gq)
@@ -120,7 +142,10 @@ def test_actor_gradient_through_the_networks(twins):
     torch.manual_seed(1)
     obs_dim, action_dim, hidden, B = 3, 2, 32, 64
     scale, bias = np.array([2.0, 0.5], np.float32), np.array([0.0, 0.25], np.float32)
-    t_actor, t_q1 = pt.Actor(obs_dim, action_dim, hidden, scale, bias), pt.QNetwork(obs_dim, action_dim, hidden)
+    t_actor, t_q1 = (
+        pt.Actor(obs_dim, action_dim, hidden, scale, bias),
+        pt.QNetwork(obs_dim, action_dim, hidden),
+    )
     agent = jx.Agent(obs_dim, action_dim, hidden, scale, bias)
     actor_params = torch_to_flax_params(t_actor)
     q_tree = torch_to_flax_params(t_q1)
@@ -135,6 +160,7 @@ def test_actor_gradient_through_the_networks(twins):
     def loss_fn(params):
         pi_j = agent.actor.apply(params, obs)
         return jx.td3_bc_actor_loss(agent.q1(qf_params, obs, pi_j), pi_j, data_actions, 2.5)[0]
+
     loss_j, grads = jax.value_and_grad(loss_fn)(actor_params)
     close(loss_t, loss_j)
     for i, l in enumerate(m for m in t_actor.modules() if isinstance(m, torch.nn.Linear)):

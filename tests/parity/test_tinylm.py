@@ -1,10 +1,12 @@
 """Tier 2 for the tiny LM: one .npz checkpoint, loaded by both twins, gives the same logits and
 sequence log-probs within 1e-4 (both directions: a torch-saved and a JAX-saved checkpoint)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-4

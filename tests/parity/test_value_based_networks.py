@@ -2,10 +2,12 @@
 each pair's Q-networks are the same function in both twins, with and without LayerNorm (its scale
 and bias drawn at random, so a swapped or missing affine would show), and each pair's target takes
 the same per-sample discounts gamma^k in both twins."""
+
 import jax
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script, torch_to_flax_params
 
 TOL = 1e-5
@@ -37,8 +39,12 @@ def test_q_networks_agree_with_and_without_layer_norm(name, layer_norm):
     j_init = j_net.init(jax.random.PRNGKey(0), obs)
     # the copied pytree has exactly the flax module's structure (same layer names and shapes)
     assert jax.tree_util.tree_structure(j_init) == jax.tree_util.tree_structure(params)
-    np.testing.assert_allclose(t_net(torch.as_tensor(obs)).detach().numpy(), np.asarray(j_net.apply(params, obs)),
-                               atol=TOL, rtol=1e-4)
+    np.testing.assert_allclose(
+        t_net(torch.as_tensor(obs)).detach().numpy(),
+        np.asarray(j_net.apply(params, obs)),
+        atol=TOL,
+        rtol=1e-4,
+    )
 
 
 def test_layer_norm_normalises_the_hidden_layers():

@@ -1,9 +1,11 @@
 """Tier 2 for value iteration: the twins' module-level math agrees within 1e-5 on identical random
 MDPs (sub-stochastic rows, i.e. with terminations)."""
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TOL = 1e-5
@@ -22,8 +24,13 @@ def mdp(request):
     P = P / P.sum(-1, keepdims=True) * rng.uniform(0.7, 1.0, size=(S, A, 1))  # 0-30% termination
     pi = rng.random((S, A))
     f32 = lambda x: np.asarray(x, dtype=np.float32)
-    return {"P": f32(P), "R": f32(rng.normal(size=(S, A))), "pi": f32(pi / pi.sum(-1, keepdims=True)),
-            "V": f32(rng.normal(size=S)), "Q": f32(rng.normal(size=(S, A)))}
+    return {
+        "P": f32(P),
+        "R": f32(rng.normal(size=(S, A))),
+        "pi": f32(pi / pi.sum(-1, keepdims=True)),
+        "V": f32(rng.normal(size=S)),
+        "Q": f32(rng.normal(size=(S, A))),
+    }
 
 
 def both(twins, name, mdp, keys, *extra):
@@ -67,4 +74,7 @@ def test_value_iteration_and_greedy_policy(twins, mdp):
     close(ch_t[:10], ch_j[:10])
     pt, jx = twins
     assert pt.greedy_policy(q_t).tolist() == np.asarray(jx.greedy_policy(q_j)).tolist()
-    assert pt.greedy_policy(torch.as_tensor(mdp["Q"])).tolist() == np.asarray(jx.greedy_policy(jnp.asarray(mdp["Q"]))).tolist()
+    assert (
+        pt.greedy_policy(torch.as_tensor(mdp["Q"])).tolist()
+        == np.asarray(jx.greedy_policy(jnp.asarray(mdp["Q"]))).tolist()
+    )

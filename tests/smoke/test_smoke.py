@@ -1,6 +1,7 @@
 """Tier 3: every algorithm script under algos/ and llm/ runs its SMOKE_ARGS budget, writes
 TensorBoard scalars, returns finite figures, and gives the same figures twice with the same seed.
 A new script is covered by being there: nothing here names one."""
+
 import math
 
 import pytest

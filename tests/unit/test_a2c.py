@@ -1,11 +1,14 @@
 """Tier 1 for A2C: the n-step return and the TD error as advantages by hand (through compute_gae),
 the actor-critic loss by hand, and bad input."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import conv, gae_on_column as gae, is_torch, load_script
+
+from helpers import conv, is_torch, load_script
+from helpers import gae_on_column as gae
 
 TWINS = ["algos/a2c_torch.py", "algos/a2c_jax.py"]
 

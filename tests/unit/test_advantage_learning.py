@@ -7,8 +7,10 @@ scaled gap: the shift on hand numbers, the shifted target distribution's mean eq
 advantage-learning target (through each script's own projection / quantile target), twin parity. All
 six: the default (0.9 where the ninth round measured it in both twins), a bad alpha is refused before any work, and the training loop's branch is live:
 a smoke-budget run with --al-alpha 0.9 trains other weights than the same seed at 0."""
+
 import numpy as np
 import pytest
+
 from helpers import all_finite, conv, load_script, run_train
 
 PAIRS = ["dqn", "double_dqn", "dueling_dqn", "per_dqn"]
@@ -46,7 +48,9 @@ def test_fixed_point_widens_the_gap(script):
     q = np.zeros(2)
     for _ in range(400):
         y = rewards + gamma * q.max()
-        q = al_target(script, y.astype(np.float32), np.tile(q, (2, 1)).astype(np.float32), np.array([0, 1]), alpha)
+        q = al_target(
+            script, y.astype(np.float32), np.tile(q, (2, 1)).astype(np.float32), np.array([0, 1]), alpha
+        )
     np.testing.assert_allclose(q, [2.0, 1.0], atol=1e-4)
 
 
@@ -58,8 +62,12 @@ def test_twin_parity(name):
     q = rng.normal(size=(64, 3)).astype(np.float32) * 10
     actions = rng.integers(0, 3, size=64)
     for alpha in (0.0, 0.5, 0.9):
-        np.testing.assert_allclose(al_target(pt, targets, q, actions, alpha), al_target(jx, targets, q, actions, alpha),
-                                   atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(
+            al_target(pt, targets, q, actions, alpha),
+            al_target(jx, targets, q, actions, alpha),
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 def al_shift(script, q_target_obs, actions, alpha):
@@ -105,7 +113,11 @@ def test_shifted_distribution_has_the_scalar_target_as_mean(script):
         next_mean = next_quantiles.astype(np.float64).mean(1)
         target = m.quantile_target(f(next_quantiles), f(rewards), f(dones), f(discounts))
         mean = (np.asarray(target, np.float64) - shift[:, None]).mean(1)
-    scalar = rewards + discounts * (1.0 - dones) * next_mean - alpha * (q_obs.max(1) - q_obs[np.arange(B), actions])
+    scalar = (
+        rewards
+        + discounts * (1.0 - dones) * next_mean
+        - alpha * (q_obs.max(1) - q_obs[np.arange(B), actions])
+    )
     np.testing.assert_allclose(mean, scalar, rtol=1e-4, atol=1e-2)
     assert (shift > 0).any()  # the check is not vacuous: some samples took a non-greedy action
 
@@ -116,8 +128,12 @@ def test_shift_twin_parity(name):
     q = rng.normal(size=(64, 3)).astype(np.float32) * 10
     actions = rng.integers(0, 3, size=64)
     for alpha in (0.0, 0.5, 0.9):
-        np.testing.assert_allclose(al_shift(f"algos/{name}_torch.py", q, actions, alpha),
-                                   al_shift(f"algos/{name}_jax.py", q, actions, alpha), atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(
+            al_shift(f"algos/{name}_torch.py", q, actions, alpha),
+            al_shift(f"algos/{name}_jax.py", q, actions, alpha),
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 @pytest.mark.parametrize("script", SCRIPTS + DIST_SCRIPTS)
@@ -132,9 +148,11 @@ def test_default_and_bad_alpha_refused(script):
 def _saved_weights(path):
     if path.endswith(".pt"):
         import torch
+
         return np.concatenate([t.numpy().ravel() for t in torch.load(path, map_location="cpu").values()])
     import flax.serialization
     import jax
+
     tree = flax.serialization.msgpack_restore(open(path, "rb").read())
     return np.concatenate([np.asarray(x).ravel() for x in jax.tree.leaves(tree)])
 

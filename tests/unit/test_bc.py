@@ -1,10 +1,12 @@
 """Tier 1 for BC: the worked problem (cross-entropy and MSE on hand numbers, the tanh squashing
 inside the action bounds), the first-k-trajectories cut that the compounding-error study uses, the
 bad-input checks that stop a run before any run directory is written, and both action kinds."""
+
 import math
 
 import numpy as np
 import pytest
+
 from helpers import all_finite, conv, load_script, run_train
 
 TWINS = ["algos/bc_torch.py", "algos/bc_jax.py"]
@@ -18,8 +20,9 @@ def test_cross_entropy_by_hand(script):
     logits = c([[0.0, math.log(3.0)], [0.0, math.log(3.0)]])
     loss = m.bc_cross_entropy_loss(logits, conv(script, np.int64)([1, 0]))
     assert float(loss) == pytest.approx(0.836988, abs=1e-5)
-    assert float(m.bc_cross_entropy_loss(c([[0.0, 0.0, 0.0]]), conv(script, np.int64)([2]))) == \
-        pytest.approx(math.log(3.0), abs=1e-6)
+    assert float(m.bc_cross_entropy_loss(c([[0.0, 0.0, 0.0]]), conv(script, np.int64)([2]))) == pytest.approx(
+        math.log(3.0), abs=1e-6
+    )
     np.testing.assert_array_equal(np.asarray(m.greedy_actions(c([[0.0, 1.0], [2.0, -1.0]]))), [1, 0])
 
 
@@ -65,23 +68,36 @@ def test_training_rows_by_hand(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_top_fraction_keeps_the_best_trajectories(script, tmp_path):
     # pendulum-learner's first 10 trajectories (200 steps each), the best 3 of them: 600 pairs
-    summary = run_train(script, tmp_path, dataset="pendulum-learner", dataset_episodes=10, top_fraction=0.3,
-                        total_steps=3, batch_size=8, hidden_size=8, eval_every=3, eval_episodes=1)
+    summary = run_train(
+        script,
+        tmp_path,
+        dataset="pendulum-learner",
+        dataset_episodes=10,
+        top_fraction=0.3,
+        total_steps=3,
+        batch_size=8,
+        hidden_size=8,
+        eval_every=3,
+        eval_episodes=1,
+    )
     assert summary["dataset_size"] == 600
     assert all_finite(summary)
 
 
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("overrides, match", [
-    (dict(dataset="pendulum-expret"), "pendulum-expert"),  # the error lists the valid names
-    (dict(dataset_episodes=-1), "dataset_episodes"),
-    (dict(dataset_episodes=10_000), "trajectories"),
-    (dict(top_fraction=0.0), "top_fraction"),
-    (dict(top_fraction=1.5), "top_fraction"),
-    (dict(total_steps=0), "total_steps"),
-    (dict(batch_size=0), "batch_size"),
-    (dict(eval_every=0), "eval_every"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (dict(dataset="pendulum-expret"), "pendulum-expert"),  # the error lists the valid names
+        (dict(dataset_episodes=-1), "dataset_episodes"),
+        (dict(dataset_episodes=10_000), "trajectories"),
+        (dict(top_fraction=0.0), "top_fraction"),
+        (dict(top_fraction=1.5), "top_fraction"),
+        (dict(total_steps=0), "total_steps"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(eval_every=0), "eval_every"),
+    ],
+)
 def test_bad_input_is_refused_before_any_run_directory(script, overrides, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):
@@ -92,17 +108,37 @@ def test_bad_input_is_refused_before_any_run_directory(script, overrides, match,
 @pytest.mark.parametrize("script", TWINS)
 def test_first_k_trajectories_are_used(script, tmp_path):
     # pendulum-expert's trajectories are 200 steps (Pendulum's time limit): 3 of them are 600 pairs
-    summary = run_train(script, tmp_path, dataset="pendulum-expert", dataset_episodes=3, total_steps=3,
-                        batch_size=8, hidden_size=8, eval_every=3, eval_episodes=1)
+    summary = run_train(
+        script,
+        tmp_path,
+        dataset="pendulum-expert",
+        dataset_episodes=3,
+        total_steps=3,
+        batch_size=8,
+        hidden_size=8,
+        eval_every=3,
+        eval_episodes=1,
+    )
     assert summary["dataset_size"] == 600
     assert all_finite(summary)
 
 
 @pytest.mark.parametrize("script", TWINS)
 def test_discrete_dataset_and_eval_every(script, tmp_path):
-    summary = run_train(script, tmp_path, dataset="cartpole-expert", dataset_episodes=1, total_steps=5,
-                        batch_size=8, hidden_size=8, eval_every=2, eval_episodes=2)
+    summary = run_train(
+        script,
+        tmp_path,
+        dataset="cartpole-expert",
+        dataset_episodes=1,
+        total_steps=5,
+        batch_size=8,
+        hidden_size=8,
+        eval_every=2,
+        eval_episodes=2,
+    )
     # evaluations at steps 2, 4 and the last step 5, two episodes each
     assert [step for step, _ in summary["episodic_returns"]] == [2, 2, 4, 4, 5, 5]
-    assert summary["final_mean_return"] == pytest.approx(np.mean([r for _, r in summary["episodic_returns"][-2:]]))
+    assert summary["final_mean_return"] == pytest.approx(
+        np.mean([r for _, r in summary["episodic_returns"][-2:]])
+    )
     assert all_finite(summary)

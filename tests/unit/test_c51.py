@@ -1,10 +1,12 @@
 """Tier 1 for C51: the categorical projection against hand-computed cases (mass conservation,
 rewards between atoms, rewards outside [v_min, v_max], terminal transitions), the cross-entropy
 by hand, and the bad-input checks."""
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TWINS = ["algos/c51_torch.py", "algos/c51_jax.py"]
@@ -80,7 +82,9 @@ def test_cross_entropy_by_hand(script):
     m = load_script(script)
     conv = (lambda x: torch.tensor(x)) if script.endswith("torch.py") else (lambda x: jnp.asarray(x))
     # uniform prediction over 4 atoms: log 4 whatever the target
-    assert float(m.categorical_loss(conv([[0.0] * 4]), conv([[0.0, 1.0, 0.0, 0.0]]))) == pytest.approx(np.log(4))
+    assert float(m.categorical_loss(conv([[0.0] * 4]), conv([[0.0, 1.0, 0.0, 0.0]]))) == pytest.approx(
+        np.log(4)
+    )
     # logits log([0.1, 0.2, 0.3, 0.4]) against target [0, 0.5, 0.5, 0]: -(0.5 log 0.2 + 0.5 log 0.3)
     logits = np.log([[0.1, 0.2, 0.3, 0.4]]).astype(np.float32)
     loss = float(m.categorical_loss(conv(logits), conv([[0.0, 0.5, 0.5, 0.0]])))

@@ -2,12 +2,12 @@
 the count bonus beta / sqrt(N(s)) on a tabular stream (increment, then bonus), SimHash's bits against
 sign(A x) by hand on a 2-D example, GAE and the clipped surrogate by hand; and the bad flags that
 must stop a run before any work (negative bonus scale, DeepSea size N < 1, simhash_bits < 1)."""
-import jax
-import jax.numpy as jnp
+
 import numpy as np
 import pytest
-import torch
-from helpers import conv, gae_on_column as gae, is_torch, load_script
+
+from helpers import conv, is_torch, load_script
+from helpers import gae_on_column as gae
 
 TWINS = ["algos/count_bonus_torch.py", "algos/count_bonus_jax.py"]
 
@@ -63,8 +63,9 @@ def test_simhash_features_scale_to_unit_box_and_append_one(script):
     rest (-0.3, 0) maps to (0, 0, 1); the flag at full speed (0.6, 0.07) to (1, 1, 1)."""
     m = load_script(script)
     to = conv(script)
-    g = np.asarray(m.simhash_features(to([[-0.3, 0.0], [0.6, 0.07], [-1.2, -0.035]]),
-                                      to([-1.2, -0.07]), to([0.6, 0.07])))
+    g = np.asarray(
+        m.simhash_features(to([[-0.3, 0.0], [0.6, 0.07], [-1.2, -0.035]]), to([-1.2, -0.07]), to([0.6, 0.07]))
+    )
     np.testing.assert_allclose(g, [[0.0, 0.0, 1.0], [1.0, 1.0, 1.0], [-1.0, -0.5, 1.0]], atol=1e-6)
 
 
@@ -111,16 +112,19 @@ def test_solve_threshold(script):
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("overrides, match", [
-    ({"bonus_scale": -0.1}, "bonus_scale = -0.1 is negative"),
-    ({"env_id": "DeepSea0-v0"}, "size N = 0 must be in 1..64"),
-    ({"env_id": "DeepSea-3-v0"}, "size N = -3 must be in 1..64"),
-    ({"env_id": "NoisyTVDeepSea0-v0"}, "size N = 0"),
-    ({"env_id": "DeepSea65-v0"}, "size N = 65"),
-    ({"env_id": "NoSuchEnv-v0"}, "not a registered"),
-    ({"simhash_bits": 0}, "simhash_bits = 0"),
-    ({"num_envs": 3, "num_steps": 10}, "not divisible"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"bonus_scale": -0.1}, "bonus_scale = -0.1 is negative"),
+        ({"env_id": "DeepSea0-v0"}, "size N = 0 must be in 1..64"),
+        ({"env_id": "DeepSea-3-v0"}, "size N = -3 must be in 1..64"),
+        ({"env_id": "NoisyTVDeepSea0-v0"}, "size N = 0"),
+        ({"env_id": "DeepSea65-v0"}, "size N = 65"),
+        ({"env_id": "NoSuchEnv-v0"}, "not a registered"),
+        ({"simhash_bits": 0}, "simhash_bits = 0"),
+        ({"num_envs": 3, "num_steps": 10}, "not divisible"),
+    ],
+)
 def test_bad_flags_stop_before_any_work(script, tmp_path, overrides, match):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

@@ -2,11 +2,13 @@
 the issue's property (0 when every sampled action is the dataset action, positive otherwise), the
 targets (terminals cut the bootstrap, timeouts do not), the penalty's gradient direction, bad input
 refused before a run directory is written, and the --discrete variant end to end; in both twins."""
+
 import math
 
 import numpy as np
 import pytest
 import torch
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["algos/cql_torch.py", "algos/cql_jax.py"]
@@ -31,8 +33,11 @@ def test_penalty_by_hand(script):
     # Q = (0, ln 3, -1e9), log mu = (-ln 1.5, -ln 1.5, 0): log((1.5 + 4.5 + 0) / 3) = ln 2; state 2 the
     # discrete case above, term logsumexp(1, 2, 3) = 3.407606; Q_data (0, 1):
     # (0.693147 + 3.407606) / 2 - 0.5 = 1.550377
-    p = m.cql_penalty(c([0.0, 1.0]), c([[0.0, math.log(3.0), -1e9], [1.0, 2.0, 3.0]]),
-                      c([[-math.log(1.5), -math.log(1.5), 0.0], [-math.log(3.0)] * 3]))
+    p = m.cql_penalty(
+        c([0.0, 1.0]),
+        c([[0.0, math.log(3.0), -1e9], [1.0, 2.0, 3.0]]),
+        c([[-math.log(1.5), -math.log(1.5), 0.0], [-math.log(3.0)] * 3]),
+    )
     assert float(p) == pytest.approx((math.log(2.0) + 3.407606) / 2 - 0.5, abs=1e-5)
 
 
@@ -76,6 +81,7 @@ def test_penalty_is_zero_through_the_critic(script):
     else:
         import jax
         import jax.numpy as jnp
+
         qf = m.QNetwork(32)
         params = qf.init(jax.random.PRNGKey(0), obs, actions)
         q_data = qf.apply(params, obs, actions)
@@ -98,6 +104,7 @@ def test_penalty_gradient_pushes_sampled_down_and_data_up(script):
         g_data, g_s = qd.grad.numpy(), qs.grad.numpy()
     else:
         import jax
+
         g_data, g_s = jax.grad(m.cql_penalty, argnums=(0, 1))(q_data, q_s, ld)
     # softmax(0, ln 3) = (1/4, 3/4); softmax(1, 1) = (1/2, 1/2); each divided by B = 2
     np.testing.assert_allclose(np.asarray(g_data), [-0.5, -0.5], atol=1e-6)
@@ -109,7 +116,9 @@ def test_targets_by_hand(script):
     m, c = load_script(script), conv(script)
     # min(5, 4) = 4: 1 + 0.9 * 4 = 4.6; min(-2, 3) = -2: 0.5 + 0.9 * (-2) = -1.3; terminal: r only.
     # A timeout row is passed with terminal 0 (the script reads "terminals", never "timeouts"): it bootstraps.
-    target = m.conservative_target(c([1.0, 0.5, 2.0]), c([0.0, 0.0, 1.0]), c([5.0, -2.0, 7.0]), c([4.0, 3.0, 6.0]), 0.9)
+    target = m.conservative_target(
+        c([1.0, 0.5, 2.0]), c([0.0, 0.0, 1.0]), c([5.0, -2.0, 7.0]), c([4.0, 3.0, 6.0]), 0.9
+    )
     np.testing.assert_allclose(np.asarray(target), [4.6, -1.3, 2.0], atol=1e-6)
     # discrete: max(1, 3) = 3: 0.5 + 0.9 * 3 = 3.2; terminal: r = 1
     target = m.max_q_target(c([[1.0, 3.0], [2.0, 0.0]]), c([0.5, 1.0]), c([0.0, 1.0]), 0.9)
@@ -122,11 +131,13 @@ def test_critic_loss_adds_the_weighted_penalty(script):
     # Bellman: ((1 - 2)^2 + (3 - 3)^2) / 2 = 0.5; penalty of Q_data (1, 3), samples (1, 1) and (3, 3),
     # log mu = 0: 0 -> total 0.5 + 5 * 0 = 0.5; then samples (1, 1 + ln 3) on state 1:
     # log((e + 3e) / 2) - 1 = ln 2, / 2 over the batch -> penalty ln 2 / 2, total 0.5 + 5 ln 2 / 2
-    total, bellman, penalty = m.cql_critic_loss(c([1.0, 3.0]), c([2.0, 3.0]), c([[1.0, 1.0], [3.0, 3.0]]),
-                                                c(np.zeros((2, 2))), 5.0)
+    total, bellman, penalty = m.cql_critic_loss(
+        c([1.0, 3.0]), c([2.0, 3.0]), c([[1.0, 1.0], [3.0, 3.0]]), c(np.zeros((2, 2))), 5.0
+    )
     assert (float(total), float(bellman), abs(float(penalty))) == pytest.approx((0.5, 0.5, 0.0), abs=1e-5)
-    total, _, penalty = m.cql_critic_loss(c([1.0, 3.0]), c([2.0, 3.0]), c([[1.0, 1.0 + math.log(3.0)], [3.0, 3.0]]),
-                                          c(np.zeros((2, 2))), 5.0)
+    total, _, penalty = m.cql_critic_loss(
+        c([1.0, 3.0]), c([2.0, 3.0]), c([[1.0, 1.0 + math.log(3.0)], [3.0, 3.0]]), c(np.zeros((2, 2))), 5.0
+    )
     assert float(penalty) == pytest.approx(math.log(2.0) / 2, abs=1e-5)
     assert float(total) == pytest.approx(0.5 + 5 * math.log(2.0) / 2, abs=1e-5)
 
@@ -142,8 +153,10 @@ def _lagrange_value_and_grad(script, m, log_cql_alpha, penalty, threshold):
         return float(loss), float(la.grad)
     import jax
     import jax.numpy as jnp
+
     loss, (g_alpha, g_penalty) = jax.value_and_grad(m.lagrange_loss, argnums=(0, 1))(
-        jnp.float32(log_cql_alpha), jnp.float32(penalty), threshold)
+        jnp.float32(log_cql_alpha), jnp.float32(penalty), threshold
+    )
     assert float(g_penalty) == 0.0, "the penalty is held fixed: no gradient reaches Q"
     return float(loss), float(g_alpha)
 
@@ -169,8 +182,15 @@ def test_lagrange_weight_moves_the_penalty_towards_its_threshold(script, tmp_pat
     fixed-weight run's (measured 11.1 and 0.12 against 0.14); with a threshold above it, the weight ends
     below 5 and the penalty above (2.2, 0.17). The fixed-weight run logs no cql_alpha."""
     m = load_script(script)
-    common = dict(dataset="cartpole-expert", discrete=True, total_steps=1000, eval_every=1000, eval_episodes=1,
-                  log_dir=str(tmp_path), progress=False)
+    common = dict(
+        dataset="cartpole-expert",
+        discrete=True,
+        total_steps=1000,
+        eval_every=1000,
+        eval_episodes=1,
+        log_dir=str(tmp_path),
+        progress=False,
+    )
     fixed = m.train(m.Args(**common))["losses"]
     assert "cql_alpha" not in fixed
     low = m.train(m.Args(cql_lagrange=True, lagrange_threshold=0.05, **common))["losses"]
@@ -185,9 +205,20 @@ def test_lagrange_weight_on_continuous_actions(script, tmp_path):
     """The continuous path of --cql-lagrange (the smoke run covers only the fixed weight): a threshold far
     above the penalty lowers the weight from its start at every step, by about q_lr per step in log space."""
     m = load_script(script)
-    s = m.train(m.Args(total_steps=40, batch_size=32, hidden_size=16, num_sampled_actions=2, eval_every=40,
-                       eval_episodes=1, cql_lagrange=True, lagrange_threshold=100.0, log_dir=str(tmp_path),
-                       progress=False))
+    s = m.train(
+        m.Args(
+            total_steps=40,
+            batch_size=32,
+            hidden_size=16,
+            num_sampled_actions=2,
+            eval_every=40,
+            eval_episodes=1,
+            cql_lagrange=True,
+            lagrange_threshold=100.0,
+            log_dir=str(tmp_path),
+            progress=False,
+        )
+    )
     assert {"cql_alpha", "cql_alpha_loss"} <= set(s["losses"])
     # Adam's first steps move log alpha by about the step size each: 40 steps of 1e-3
     assert s["losses"]["cql_alpha"] == pytest.approx(5.0 * math.exp(-40 * 1e-3), rel=2e-3)
@@ -204,7 +235,9 @@ def test_tanh_log_det_jacobian_matches_direct_form(script):
 def _refused(m, tmp_path, match, **overrides):
     with pytest.raises(ValueError, match=match):
         m.train(m.Args(log_dir=str(tmp_path), progress=False, **overrides))
-    assert not tmp_path.exists() or not any(tmp_path.iterdir()), "refused before any run directory was written"
+    assert not tmp_path.exists() or not any(tmp_path.iterdir()), (
+        "refused before any run directory was written"
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -224,8 +257,18 @@ def test_discrete_variant_runs_and_reloads(script, tmp_path):
     """The --discrete path end to end (the smoke test runs the continuous default): a few steps on
     cartpole-replay, the curve's shape, the saved model reloaded and evaluated."""
     m = load_script(script)
-    args = m.Args(dataset="cartpole-replay", discrete=True, total_steps=30, batch_size=32, hidden_size=16,
-                  eval_every=15, eval_episodes=2, save_model=True, log_dir=str(tmp_path), progress=False)
+    args = m.Args(
+        dataset="cartpole-replay",
+        discrete=True,
+        total_steps=30,
+        batch_size=32,
+        hidden_size=16,
+        eval_every=15,
+        eval_episodes=2,
+        save_model=True,
+        log_dir=str(tmp_path),
+        progress=False,
+    )
     s = m.train(args)
     assert [step for step, _ in s["episodic_returns"]] == [15, 15, 30, 30]
     assert s["final_mean_return"] == pytest.approx(np.mean([r for _, r in s["episodic_returns"][-2:]]))

@@ -3,11 +3,13 @@ problem of docs/algorithms/dapo.md): clip-higher (dapo_loss), dynamic sampling
 (informative_groups, dynamic_sample on a stub sampler), token-level aggregation (aggregate_loss,
 padding invariance) and the soft overlong penalty (overlong_penalty); train()'s summary keys; and
 the bad-input checks that stop a run before any work."""
+
 import math
 
 import jax
 import numpy as np
 import pytest
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["llm/dapo_torch.py", "llm/dapo_jax.py"]
@@ -22,7 +24,9 @@ def loss_and_grad(script, logp, old, adv, mask, clip_low=0.2, clip_high=0.28, kl
         out = m.dapo_loss(lp, c(old), c(logp), c(adv), c(mask), clip_low, clip_high, kl_coef, token_level)
         out[0].backward()
         return [x.item() for x in out], lp.grad.numpy()
-    f = lambda lp: m.dapo_loss(lp, c(old), c(logp), c(adv), c(mask), clip_low, clip_high, kl_coef, token_level)
+    f = lambda lp: m.dapo_loss(
+        lp, c(old), c(logp), c(adv), c(mask), clip_low, clip_high, kl_coef, token_level
+    )
     return [float(x) for x in f(c(logp))], np.asarray(jax.grad(lambda lp: f(lp)[0])(c(logp)))
 
 
@@ -78,6 +82,7 @@ def stub_sampler(rounds):
         k = state["k"]
         state["k"] += 1
         return {"id": np.arange(4 * k, 4 * k + 4), "correct": np.array(rounds[k], dtype=np.float32)}
+
     return sample_round, state
 
 
@@ -135,10 +140,10 @@ def aggregate(script, per_token, mask, token_level):
 def test_token_level_against_per_sequence_mean(script):
     # long completion: 6 tokens of loss 1..6 (sum 21, mean 3.5); short: 2 tokens of loss 10, 20 (sum 30, mean 15)
     loss, g = aggregate(script, LONG_SHORT, LONG_SHORT_MASK, token_level=True)
-    assert loss == pytest.approx((21 + 30) / 8, abs=1e-5)       # 6.375: every token weighs 1/8
+    assert loss == pytest.approx((21 + 30) / 8, abs=1e-5)  # 6.375: every token weighs 1/8
     np.testing.assert_allclose(g, LONG_SHORT_MASK / 8, atol=1e-7)
     loss, g = aggregate(script, LONG_SHORT, LONG_SHORT_MASK, token_level=False)
-    assert loss == pytest.approx((3.5 + 15) / 2, abs=1e-5)      # 9.25: a short token weighs 1/4, a long one 1/12
+    assert loss == pytest.approx((3.5 + 15) / 2, abs=1e-5)  # 9.25: a short token weighs 1/4, a long one 1/12
     np.testing.assert_allclose(g, [[1 / 12] * 6, [1 / 4, 1 / 4, 0, 0, 0, 0]], atol=1e-7)
 
 
@@ -161,10 +166,12 @@ def test_token_level_dapo_loss_on_policy(script):
     # on-policy (r = 1), no KL: per-token loss = -A. Long completion (6 tokens) A = +1, short (2) A = -1.
     logp = np.log(np.full((2, 6), 0.5))
     (loss, *_), g = loss_and_grad(script, logp, logp, np.array([1.0, -1.0]), LONG_SHORT_MASK)
-    assert loss == pytest.approx((6 * -1 + 2 * 1) / 8, abs=1e-6)              # -0.5
+    assert loss == pytest.approx((6 * -1 + 2 * 1) / 8, abs=1e-6)  # -0.5
     np.testing.assert_allclose(g, LONG_SHORT_MASK * np.array([[-1 / 8], [1 / 8]]), atol=1e-6)
-    (loss, *_), g = loss_and_grad(script, logp, logp, np.array([1.0, -1.0]), LONG_SHORT_MASK, token_level=False)
-    assert loss == pytest.approx((-1 + 1) / 2, abs=1e-6)                       # 0: GRPO's aggregation
+    (loss, *_), g = loss_and_grad(
+        script, logp, logp, np.array([1.0, -1.0]), LONG_SHORT_MASK, token_level=False
+    )
+    assert loss == pytest.approx((-1 + 1) / 2, abs=1e-6)  # 0: GRPO's aggregation
     np.testing.assert_allclose(g[0, 0], -1 / 12, atol=1e-6)
     np.testing.assert_allclose(g[1, 0], 1 / 4, atol=1e-6)
 
@@ -178,8 +185,9 @@ def test_overlong_penalty_values(script):
     # (4 - 5) / 2 = -0.5 at 5, (4 - 6) / 2 = -1 at 6 (a truncated completion counts 6)
     d = m.Args()
     assert tasks.completion_len(d.digits) == d.max_completion_len - d.overlong_cache == 4
-    np.testing.assert_allclose(pen([1, 3, 4, 5, 6], d.max_completion_len, d.overlong_cache),
-                               [0, 0, 0, -0.5, -1.0], atol=1e-6)
+    np.testing.assert_allclose(
+        pen([1, 3, 4, 5, 6], d.max_completion_len, d.overlong_cache), [0, 0, 0, -0.5, -1.0], atol=1e-6
+    )
     # L_max 8, L_cache 4: linear from 0 at 4 to -1 at 8, -1 beyond
     np.testing.assert_allclose(pen([4, 5, 6, 7, 8, 9], 8, 4), [0, -0.25, -0.5, -0.75, -1.0, -1.0], atol=1e-6)
     # the paper's sizes: L_max 20480, L_cache 4096: 0 up to 16384, -0.5 at 18432
@@ -190,12 +198,17 @@ def test_overlong_penalty_values(script):
 def test_group_advantages_and_k3_as_grpo(script):
     m, c = load_script(script), conv(script)
     # rewards [1, 0, 0, 0]: mean 0.25, std 0.433 -> +1.732, -0.577 (GRPO's worked problem 6)
-    np.testing.assert_allclose(np.asarray(m.group_advantages(c([[1.0, 0, 0, 0]]), eps=0.0))[0],
-                               [math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3)], atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(m.group_advantages(c([[1.0, 0, 0, 0]]), eps=0.0))[0],
+        [math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3)],
+        atol=1e-5,
+    )
     # with a shaped reward: a wrong, over-long completion (0 - 0.5) is pushed below a wrong, short one
     adv = np.asarray(m.group_advantages(c([[1.0, 0.0, 0.0, -0.5]])))[0]
     assert adv[0] > 0 > adv[1] == adv[2] > adv[3]
-    np.testing.assert_allclose(np.asarray(m.k3_kl(c([0.0, 0.0]), c([-0.5, 0.5]))), [0.1065, 0.1487], atol=1e-4)
+    np.testing.assert_allclose(
+        np.asarray(m.k3_kl(c([0.0, 0.0]), c([-0.5, 0.5]))), [0.1065, 0.1487], atol=1e-4
+    )
 
 
 # ----------------------------------------------------------------------------- train() summary
@@ -203,9 +216,24 @@ def test_group_advantages_and_k3_as_grpo(script):
 def test_train_returns_the_comparison_keys(script, tmp_path):
     m = load_script(script)
     s = m.train(m.Args(log_dir=str(tmp_path), progress=False, **m.SMOKE_ARGS))
-    for key in ("accuracy_curve", "accuracy_gain_curve", "initial_test_accuracy", "test_accuracy",
-                "accuracy_gain", "kl_to_ref", "sps", "wall_time", "global_step", "run_dir", "losses",
-                "prompts_sampled", "groups_filtered", "completions_sampled", "overlong_penalised", "truncated"):
+    for key in (
+        "accuracy_curve",
+        "accuracy_gain_curve",
+        "initial_test_accuracy",
+        "test_accuracy",
+        "accuracy_gain",
+        "kl_to_ref",
+        "sps",
+        "wall_time",
+        "global_step",
+        "run_dir",
+        "losses",
+        "prompts_sampled",
+        "groups_filtered",
+        "completions_sampled",
+        "overlong_penalised",
+        "truncated",
+    ):
         assert key in s, key
     assert math.isfinite(s["kl_to_ref"])
     assert s["accuracy_gain"] == pytest.approx(s["test_accuracy"] - s["initial_test_accuracy"])
@@ -216,16 +244,19 @@ def test_train_returns_the_comparison_keys(script, tmp_path):
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("bad,match", [
-    (dict(group_size=1), "group_size"),
-    (dict(clip_low=1.0), "clip_low"),
-    (dict(clip_high=0.0), "clip_high"),
-    (dict(max_sampling_rounds=0), "max_sampling_rounds"),
-    (dict(max_completion_len=3), "max_completion_len"),
-    (dict(overlong_cache=3), "overlong_cache"),           # penalty from 3 tokens: hits every right answer
-    (dict(overlong_cache=0), "overlong_cache"),
-    (dict(max_completion_len=12), "context"),             # 6 + 12 positions > 16
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(group_size=1), "group_size"),
+        (dict(clip_low=1.0), "clip_low"),
+        (dict(clip_high=0.0), "clip_high"),
+        (dict(max_sampling_rounds=0), "max_sampling_rounds"),
+        (dict(max_completion_len=3), "max_completion_len"),
+        (dict(overlong_cache=3), "overlong_cache"),  # penalty from 3 tokens: hits every right answer
+        (dict(overlong_cache=0), "overlong_cache"),
+        (dict(max_completion_len=12), "context"),  # 6 + 12 positions > 16
+    ],
+)
 def test_bad_arguments_are_refused(script, bad, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):
@@ -261,11 +292,28 @@ def test_with_the_four_changes_off_dapo_is_grpo(script, tmp_path):
     """clip_high = clip_low, no dynamic sampling, GRPO's aggregation, no length shaping, GRPO's
     4-token budget and beta: the same prompts, samples and updates as llm/grpo_*.py, figure for figure."""
     m, grpo = load_script(script), load_script(script.replace("dapo", "grpo"))
-    common = dict(sft_steps=4, num_test=16, total_steps=2, prompts_per_step=4, group_size=4, eval_every=1,
-                  kl_coef=0.04, progress=False)
+    common = dict(
+        sft_steps=4,
+        num_test=16,
+        total_steps=2,
+        prompts_per_step=4,
+        group_size=4,
+        eval_every=1,
+        kl_coef=0.04,
+        progress=False,
+    )
     g = grpo.train(grpo.Args(log_dir=str(tmp_path), **common))
-    d = m.train(m.Args(log_dir=str(tmp_path), clip_high=0.2, dynamic_sampling=False, token_level_loss=False,
-                       soft_overlong=False, max_completion_len=4, **common))
+    d = m.train(
+        m.Args(
+            log_dir=str(tmp_path),
+            clip_high=0.2,
+            dynamic_sampling=False,
+            token_level_loss=False,
+            soft_overlong=False,
+            max_completion_len=4,
+            **common,
+        )
+    )
     assert d["prompts_sampled"] == 8 and d["groups_filtered"] == 0
     assert d["losses"]["dapo_loss"] == pytest.approx(g["losses"]["grpo_loss"], abs=1e-6)
     assert d["losses"]["kl"] == pytest.approx(g["losses"]["kl"], abs=1e-6)

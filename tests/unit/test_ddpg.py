@@ -1,11 +1,12 @@
 """Tier 1 for DDPG: the target in hand-computed numbers (termination cuts the bootstrap, truncation
 does not), the actor's outputs inside a Box that is not [-1, 1] (scale and offset), in both twins;
 and the bad-input checks."""
+
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["algos/ddpg_torch.py", "algos/ddpg_jax.py"]

@@ -2,8 +2,10 @@
 numbers, the interleaved (R, s, a) tokens, the attention mask and the masked action loss, in both
 twins; padding invariance and causality of the transformer; the evaluation's return-to-go falling by
 each reward received; and the bad-input checks (before any run directory is written)."""
+
 import numpy as np
 import pytest
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["algos/decision_transformer_torch.py", "algos/decision_transformer_jax.py"]
@@ -29,10 +31,19 @@ def test_primary_target_by_hand(script):
     assert m.primary_target((0.0, 1.0, 0.5), 1.0) == 1.0  # any order
     # the datasets' own: -400 where no trajectory reached -150, -150 on expert data, 1 on the maze
     import offline_data
-    for name, expected in (("pendulum-medium", -400.0), ("pendulum-replay", -400.0), ("pendulum-learner", -400.0),
-                           ("pendulum-expert", -150.0), ("pendulum-medium-expert", -150.0), ("pointmaze-stitch", 1.0)):
+
+    for name, expected in (
+        ("pendulum-medium", -400.0),
+        ("pendulum-replay", -400.0),
+        ("pendulum-learner", -400.0),
+        ("pendulum-expert", -150.0),
+        ("pendulum-medium-expert", -150.0),
+        ("pointmaze-stitch", 1.0),
+    ):
         best = offline_data.episode_returns(offline_data.load_dataset(name)).max()
-        assert m.primary_target(m.TARGET_RETURNS[offline_data.dataset_info(name)["env_id"]], best) == expected, name
+        assert (
+            m.primary_target(m.TARGET_RETURNS[offline_data.dataset_info(name)["env_id"]], best) == expected
+        ), name
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -69,29 +80,47 @@ def _model_fn(script, obs_dim=3, action_dim=2, embed_dim=16, n_layer=2, n_head=2
     scale, bias = np.array([2.0, 0.5], np.float32), np.array([0.0, 0.25], np.float32)
     if is_torch(script):
         import torch
+
         torch.manual_seed(0)
-        model = m.DecisionTransformer(obs_dim, action_dim, embed_dim, n_layer, n_head, max_timestep, scale, bias)
+        model = m.DecisionTransformer(
+            obs_dim, action_dim, embed_dim, n_layer, n_head, max_timestep, scale, bias
+        )
 
         def fn(b):
             with torch.no_grad():
                 t = {k: torch.as_tensor(v) for k, v in b.items()}
                 return model(t["returns_to_go"], t["states"], t["actions"], t["timesteps"], t["mask"]).numpy()
+
         return fn
     import jax
-    model = m.DecisionTransformer(obs_dim, action_dim, embed_dim, n_layer, n_head, max_timestep,
-                                  tuple(map(float, scale)), tuple(map(float, bias)))
+
+    model = m.DecisionTransformer(
+        obs_dim,
+        action_dim,
+        embed_dim,
+        n_layer,
+        n_head,
+        max_timestep,
+        tuple(map(float, scale)),
+        tuple(map(float, bias)),
+    )
     b0 = _batch(np.random.default_rng(0), 1, 2)
-    params = model.init(jax.random.PRNGKey(0), b0["returns_to_go"], b0["states"], b0["actions"], b0["timesteps"],
-                        b0["mask"])
-    return lambda b: np.asarray(model.apply(params, b["returns_to_go"], b["states"], b["actions"], b["timesteps"],
-                                            b["mask"]))
+    params = model.init(
+        jax.random.PRNGKey(0), b0["returns_to_go"], b0["states"], b0["actions"], b0["timesteps"], b0["mask"]
+    )
+    return lambda b: np.asarray(
+        model.apply(params, b["returns_to_go"], b["states"], b["actions"], b["timesteps"], b["mask"])
+    )
 
 
 def _batch(rng, B, K, obs_dim=3, action_dim=2):
-    return {"returns_to_go": rng.normal(size=(B, K, 1)).astype(np.float32),
-            "states": rng.normal(size=(B, K, obs_dim)).astype(np.float32),
-            "actions": rng.uniform(-1, 1, size=(B, K, action_dim)).astype(np.float32),
-            "timesteps": rng.integers(0, 50, size=(B, K)), "mask": np.ones((B, K), np.float32)}
+    return {
+        "returns_to_go": rng.normal(size=(B, K, 1)).astype(np.float32),
+        "states": rng.normal(size=(B, K, obs_dim)).astype(np.float32),
+        "actions": rng.uniform(-1, 1, size=(B, K, action_dim)).astype(np.float32),
+        "timesteps": rng.integers(0, 50, size=(B, K)),
+        "mask": np.ones((B, K), np.float32),
+    }
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -129,16 +158,20 @@ def test_embedding_layernorm_erases_the_return_scale(script):
     w = np.array([1.0, 2.0, 4.0, -3.0], np.float32)
     if is_torch(script):
         import torch
+
         ln = lambda x: torch.nn.LayerNorm(4)(c(x)).detach().numpy()  # noqa: E731 (gain 1, bias 0)
     else:
         import jax
+
         layer = m.LayerNorm()
         ln = lambda x: np.asarray(layer.apply(layer.init(jax.random.PRNGKey(0), c(x)), c(x)))  # noqa: E731
     expected = np.array([0.0, 1.0, 3.0, -4.0]) / np.sqrt(6.5)
     np.testing.assert_allclose(ln(-0.3 * w), -expected, atol=1e-3)
     np.testing.assert_allclose(ln(-1.2 * w), -expected, atol=1e-4)
     np.testing.assert_allclose(ln(0.3 * w), expected, atol=1e-3)  # the sign is all that is left
-    b = np.array([0.5, -0.5, 0.25, 0.0], np.float32)  # a bias the size of the paper code's init keeps some scale
+    b = np.array(
+        [0.5, -0.5, 0.25, 0.0], np.float32
+    )  # a bias the size of the paper code's init keeps some scale
     assert np.abs(ln(-0.3 * w + b) - ln(-1.2 * w + b)).max() > 0.1
 
 
@@ -154,9 +187,18 @@ def test_embedding_layernorm_is_a_flag_and_off_by_default(script):
             names[flag] = {n.split(".")[0] for n, _ in model.named_parameters()}
         else:
             import jax
+
             model = m.DecisionTransformer(3, 2, 16, 1, 1, 50, (1.0, 1.0), (0.0, 0.0), flag)
-            names[flag] = set(model.init(jax.random.PRNGKey(0), b["returns_to_go"], b["states"], b["actions"],
-                                         b["timesteps"], b["mask"])["params"])
+            names[flag] = set(
+                model.init(
+                    jax.random.PRNGKey(0),
+                    b["returns_to_go"],
+                    b["states"],
+                    b["actions"],
+                    b["timesteps"],
+                    b["mask"],
+                )["params"]
+            )
     assert "embed_ln" not in names[False] and "embed_ln" in names[True]
     assert names[True] - names[False] == {"embed_ln"}
 
@@ -169,23 +211,38 @@ def test_modality_embeddings_start_as_in_the_paper_code(script):
     obs_dim, action_dim, embed_dim = 3, 2, 256
     if is_torch(script):
         import torch
+
         torch.manual_seed(0)
         model = m.DecisionTransformer(obs_dim, action_dim, embed_dim, 1, 1, 50, np.ones(2), np.zeros(2))
         get = {name: p.detach().numpy() for name, p in model.named_parameters()}
     else:
         import jax
+
         model = m.DecisionTransformer(obs_dim, action_dim, embed_dim, 1, 1, 50, (1.0, 1.0), (0.0, 0.0))
         b0 = _batch(np.random.default_rng(0), 1, 2)
-        params = model.init(jax.random.PRNGKey(0), b0["returns_to_go"], b0["states"], b0["actions"], b0["timesteps"],
-                            b0["mask"])["params"]
-        get = {f"{mod}.{'weight' if leaf in ('kernel', 'embedding') else leaf}": np.asarray(v)
-               for mod, leaves in params.items() if not mod.startswith("h_") for leaf, v in leaves.items()}
+        params = model.init(
+            jax.random.PRNGKey(0),
+            b0["returns_to_go"],
+            b0["states"],
+            b0["actions"],
+            b0["timesteps"],
+            b0["mask"],
+        )["params"]
+        get = {
+            f"{mod}.{'weight' if leaf in ('kernel', 'embedding') else leaf}": np.asarray(v)
+            for mod, leaves in params.items()
+            if not mod.startswith("h_")
+            for leaf, v in leaves.items()
+        }
     for name, fan_in in (("embed_return", 1), ("embed_state", obs_dim), ("embed_action", action_dim)):
         bound = 1.0 / np.sqrt(fan_in)
         for leaf in ("weight", "bias"):
             x = get[f"{name}.{leaf}"]
             assert np.abs(x).max() <= bound and np.abs(x).max() > 0.8 * bound, (name, leaf)
-            assert abs(x.std() - bound / np.sqrt(3)) < 0.25 * bound / np.sqrt(3), (name, leaf)  # U(-b, b): std b/sqrt(3)
+            assert abs(x.std() - bound / np.sqrt(3)) < 0.25 * bound / np.sqrt(3), (
+                name,
+                leaf,
+            )  # U(-b, b): std b/sqrt(3)
     assert abs(get["embed_timestep.weight"].std() - 0.02) < 0.002
     np.testing.assert_array_equal(get["predict_action.bias"], 0.0)
 
@@ -200,7 +257,9 @@ def test_evaluation_return_to_go_falls_by_each_reward(script):
         assert batch["mask"][:, -1].all()
         return np.ones((len(batch["mask"]), 1), np.float32)
 
-    returns = m.run_episodes(policy, "Pendulum-v1", (-100.0, -500.0), 1, 7, 4, 1000.0, np.zeros(3), np.ones(3))
+    returns = m.run_episodes(
+        policy, "Pendulum-v1", (-100.0, -500.0), 1, 7, 4, 1000.0, np.zeros(3), np.ones(3)
+    )
     seen = np.array(seen)  # (steps, targets)
     assert seen.shape == (200, 2)
     np.testing.assert_allclose(seen[0], [-0.1, -0.5], atol=1e-7)
@@ -212,13 +271,16 @@ def test_evaluation_return_to_go_falls_by_each_reward(script):
 
 
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("overrides, match", [
-    (dict(dataset="hopper-medium"), "pendulum-replay"),  # unknown: the valid names are listed
-    (dict(dataset="cartpole-medium"), "bc_"),  # discrete actions: the right scripts are named
-    (dict(embed_dim=30, n_head=4), "divisible"),
-    (dict(context_len=0), "context_len"),
-    (dict(return_scale=-1.0), "return_scale"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (dict(dataset="hopper-medium"), "pendulum-replay"),  # unknown: the valid names are listed
+        (dict(dataset="cartpole-medium"), "bc_"),  # discrete actions: the right scripts are named
+        (dict(embed_dim=30, n_head=4), "divisible"),
+        (dict(context_len=0), "context_len"),
+        (dict(return_scale=-1.0), "return_scale"),
+    ],
+)
 def test_bad_input_is_refused_before_a_run_directory(script, overrides, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

@@ -12,6 +12,7 @@ the JAX twin's XLA CPU kernels reduce in the same order whatever the thread pool
 Across CPUs (another SIMD width) the same seed may still give another run; that is why learning
 thresholds are set over several seeds (tests/registry.py, docs/reproducibility.md).
 """
+
 import json
 import os
 import subprocess
@@ -42,15 +43,28 @@ def run_fresh(script, log_dir, env_changes):
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "XLA_FLAGS")}
     env.update(env_changes)
     code = RUNNER.format(tests=str(ROOT / "tests"), script=script, log_dir=str(log_dir), budget=BUDGET)
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
-                         text=True, timeout=300, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     return json.dumps(json.loads(out.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("script, pinned", [
-    ("algos/ppo_torch.py", {"OMP_NUM_THREADS": "1"}),
-    ("algos/ppo_jax.py", {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}),
-])
+@pytest.mark.parametrize(
+    "script, pinned",
+    [
+        ("algos/ppo_torch.py", {"OMP_NUM_THREADS": "1"}),
+        (
+            "algos/ppo_jax.py",
+            {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"},
+        ),
+    ],
+)
 def test_same_seed_same_run_however_started(script, pinned, tmp_path):
     in_process = fingerprint(run_train(script, tmp_path / "a", seed=3, **BUDGET))
     assert len(json.loads(in_process)["returns"]) > 50  # enough episodes to tell runs apart

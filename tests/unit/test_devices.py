@@ -8,6 +8,7 @@
 - On a CPU-only machine the flag is harmless: cuda=True and cuda=False give the same run, figure
   for figure (the smoke test itself runs with the default cuda=True).
 """
+
 import dataclasses
 import functools
 import json
@@ -37,8 +38,9 @@ def test_cuda_field_defaults_on_and_is_read(script):
     assert "cuda" in fields, f"{script}: Args has no `cuda` field (issue 17: every script takes --cuda)"
     assert fields["cuda"].default is True, f"{script}: `cuda` must default to True (CleanRL's convention)"
     source = (ROOT / script).read_text()
-    assert "args.cuda" in source or HOST_TABLE in source, \
+    assert "args.cuda" in source or HOST_TABLE in source, (
         f"{script}: Args.cuda is declared but never read (and no comment says the table stays on the CPU)"
+    )
 
 
 def strip(summary):
@@ -54,7 +56,9 @@ def test_torch_smoke_on_cuda(script, tmp_path):
     summary = run_train(script, tmp_path, seed=1, cuda=True, **m.SMOKE_ARGS)
     assert all_finite(summary), f"non-finite figure in {summary}"
     if HOST_TABLE not in (ROOT / script).read_text():
-        assert torch.cuda.max_memory_allocated() > 0, f"{script} ran with cuda=True but put nothing on the GPU"
+        assert torch.cuda.max_memory_allocated() > 0, (
+            f"{script} ran with cuda=True but put nothing on the GPU"
+        )
 
 
 # ----------------------------------------------------------------------------- JAX on a GPU backend
@@ -65,8 +69,13 @@ def _env_without_cpu_pin():
 @functools.lru_cache(maxsize=1)
 def jax_gpu_backend():
     """The default JAX backend of a fresh interpreter that is not pinned to the CPU."""
-    out = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"],
-                         env=_env_without_cpu_pin(), capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", "import jax; print(jax.default_backend())"],
+        env=_env_without_cpu_pin(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else "none"
 
 
@@ -85,11 +94,19 @@ print(json.dumps({{"finite": all_finite(s), "backend": jax.default_backend(),
 @pytest.mark.parametrize("script", JAX_SCRIPTS)
 def test_jax_smoke_on_gpu(script, tmp_path):
     if jax_gpu_backend() != "gpu":
-        pytest.skip(f"needs a JAX GPU backend (jax.default_backend() is {jax_gpu_backend()!r}; "
-                    f'pip install "jax[cuda12]==0.10.2")')
+        pytest.skip(
+            f"needs a JAX GPU backend (jax.default_backend() is {jax_gpu_backend()!r}; "
+            f'pip install "jax[cuda12]==0.10.2")'
+        )
     code = RUNNER.format(tests=str(ROOT / "tests"), script=script, log_dir=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", code], env=_env_without_cpu_pin(), cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env_without_cpu_pin(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["finite"], result

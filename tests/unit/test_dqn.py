@@ -1,20 +1,25 @@
 """Tier 1 for DQN: worked problem 4 (the max over noisy estimates is biased upward) through the
 scripts' own max_q_target, the TD target and Huber loss by hand, the epsilon schedule, and the
 bad-input checks that must stop a run before any work."""
+
 import itertools
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import all_finite, load_script, run_train
 
 TWINS = ["algos/dqn_torch.py", "algos/dqn_jax.py"]
 
 
 def as_framework(script):
-    return (lambda x: torch.as_tensor(np.asarray(x, dtype=np.float32))) if script.endswith("torch.py") \
+    return (
+        (lambda x: torch.as_tensor(np.asarray(x, dtype=np.float32)))
+        if script.endswith("torch.py")
         else (lambda x: jnp.asarray(np.asarray(x, dtype=np.float32)))
+    )
 
 
 def all_estimates():
@@ -85,12 +90,15 @@ def test_continuous_env_is_refused_naming_the_right_scripts(script, tmp_path):
 
 
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("overrides, message", [
-    (dict(batch_size=256, buffer_size=100), "larger than buffer_size"),
-    (dict(learning_starts=10, batch_size=128), "less than one batch"),
-    (dict(total_timesteps=500, learning_starts=1000), "leaves no training"),
-    (dict(tau=0.0), "tau"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(batch_size=256, buffer_size=100), "larger than buffer_size"),
+        (dict(learning_starts=10, batch_size=128), "less than one batch"),
+        (dict(total_timesteps=500, learning_starts=1000), "leaves no training"),
+        (dict(tau=0.0), "tau"),
+    ],
+)
 def test_inconsistent_args_are_refused(script, tmp_path, overrides, message):
     m = load_script(script)
     with pytest.raises(ValueError, match=message):
@@ -102,7 +110,13 @@ def test_inconsistent_args_are_refused(script, tmp_path, overrides, message):
 @pytest.mark.parametrize("env_id", ["Acrobot-v1", "MountainCar-v0"])
 def test_other_discrete_envs_run_through_env_id(script, env_id, tmp_path):
     """A short run on each of the other classic-control tasks: the same code, only --env-id."""
-    summary = run_train(script, tmp_path, env_id=env_id, total_timesteps=1200, learning_starts=500,
-                        target_network_frequency=100)
+    summary = run_train(
+        script,
+        tmp_path,
+        env_id=env_id,
+        total_timesteps=1200,
+        learning_starts=500,
+        target_network_frequency=100,
+    )
     assert summary["global_step"] == 1200 and all_finite(summary)
     assert len(summary["episodic_returns"]) >= 2  # Acrobot ends at 500 steps, MountainCar at 200

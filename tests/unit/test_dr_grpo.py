@@ -4,10 +4,11 @@ llm/grpo_*.py); the aggregation of a long and a short completion with known per-
 per-completion mean against the constant normaliser), padding invariance; dr_grpo_loss's clip, KL
 term and masking, GRPO's loss recovered by loss_type="grpo"; and the bad-input checks that stop a
 run before any work."""
+
 import jax
 import numpy as np
 import pytest
-import torch
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["llm/dr_grpo_torch.py", "llm/dr_grpo_jax.py"]
@@ -46,8 +47,8 @@ def test_advantages_do_not_depend_on_the_groups_spread(script):
 
 
 # ----------------------------------------------------------------------------- worked problem: aggregation
-LONG = [0.4, 0.2, 0.2, 0.2]        # 4 tokens, sum 1.0
-SHORT = [0.6, 0.0, 0.0, 0.0]       # 1 token, then 3 positions of padding (mask 0)
+LONG = [0.4, 0.2, 0.2, 0.2]  # 4 tokens, sum 1.0
+SHORT = [0.6, 0.0, 0.0, 0.0]  # 1 token, then 3 positions of padding (mask 0)
 MASK = [[1, 1, 1, 1], [1, 0, 0, 0]]
 
 
@@ -93,11 +94,15 @@ def test_aggregation_ignores_padding(script, loss_type):
     np.testing.assert_array_equal(w_p[:, 4:], 0.0)
 
 
-def loss_and_grad(script, logp, old, ref, adv, mask, max_len=4.0, clip_coef=0.2, kl_coef=0.0, loss_type="dr_grpo"):
+def loss_and_grad(
+    script, logp, old, ref, adv, mask, max_len=4.0, clip_coef=0.2, kl_coef=0.0, loss_type="dr_grpo"
+):
     m, c = load_script(script), conv(script)
     if is_torch(script):
         lp = c(logp).requires_grad_(True)
-        loss, kl, clip = m.dr_grpo_loss(lp, c(old), c(ref), c(adv), c(mask), clip_coef, kl_coef, max_len, loss_type)
+        loss, kl, clip = m.dr_grpo_loss(
+            lp, c(old), c(ref), c(adv), c(mask), clip_coef, kl_coef, max_len, loss_type
+        )
         loss.backward()
         return loss.item(), kl.item(), clip.item(), lp.grad.numpy()
     f = lambda lp: m.dr_grpo_loss(lp, c(old), c(ref), c(adv), c(mask), clip_coef, kl_coef, max_len, loss_type)
@@ -125,7 +130,9 @@ def test_length_bias_on_two_wrong_completions(script):
         grpo.grpo_loss(lp, c(logp), c(logp), c(adv), c(MASK), 0.2, 0.0)[0].backward()
         g_grpo = lp.grad.numpy()
     else:
-        g_grpo = np.asarray(jax.grad(lambda lp: grpo.grpo_loss(lp, c(logp), c(logp), c(adv), c(MASK), 0.2, 0.0)[0])(c(logp)))
+        g_grpo = np.asarray(
+            jax.grad(lambda lp: grpo.grpo_loss(lp, c(logp), c(logp), c(adv), c(MASK), 0.2, 0.0)[0])(c(logp))
+        )
     np.testing.assert_allclose(g_grpo, g, atol=1e-7)
 
 
@@ -138,8 +145,8 @@ def test_loss_clip_and_kl(script):
     loss, kl, clip, g = loss_and_grad(script, logp, old, ref, np.array([1.0]), np.ones((1, 2)))
     assert loss == pytest.approx(-0.575, abs=1e-6)
     assert clip == pytest.approx(0.5)
-    assert g[0, 0] == 0.0                                   # clipped on the favoured side
-    assert g[0, 1] == pytest.approx(-1.1 / 4, abs=1e-6)     # d(r A)/d logp = r A, over max_len 4
+    assert g[0, 0] == 0.0  # clipped on the favoured side
+    assert g[0, 1] == pytest.approx(-1.1 / 4, abs=1e-6)  # d(r A)/d logp = r A, over max_len 4
     # the KL term alone (zero advantage): loss = beta * (sum of k3) / max_len; the logged KL is the
     # mean k3 per token. d = log pi_ref - log pi = [-0.4055, -0.0953], e^d = [2/3, 1/1.1]:
     # k3 = e^d - d - 1 = [0.6667 + 0.4055 - 1, 0.9091 + 0.0953 - 1] = [0.0721, 0.0044]

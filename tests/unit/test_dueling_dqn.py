@@ -1,9 +1,11 @@
 """Tier 1 for Dueling DQN: the V + A - mean(A) aggregation by hand, its identifiability, and the
 bad-input checks."""
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TWINS = ["algos/dueling_dqn_torch.py", "algos/dueling_dqn_jax.py"]

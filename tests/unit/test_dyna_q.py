@@ -2,11 +2,13 @@
 the model update, the Dyna-Q+ bonus; docs/worked_problems.md), planning_steps = 0 equal to plain
 Q-learning, the draw of model pairs and the tie-breaking, the mazes of algos/mazes.py (shortest
 paths, the wall change at the configured step), and bad input."""
+
 import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
+
 from helpers import ROOT, conv, is_torch, load_script, run_train
 
 sys.path.insert(0, str(ROOT / "algos"))  # as when a script runs: the twins `import mazes`
@@ -24,8 +26,10 @@ def rng(script, seed):
     """The script's random source: a torch.Generator or a jax PRNG key."""
     if is_torch(script):
         import torch
+
         return torch.Generator().manual_seed(seed)
     import jax
+
     return jax.random.PRNGKey(seed)
 
 
@@ -74,8 +78,9 @@ def test_problem9_seeded_plan_with_one_known_pair(script):
     for seed in (0, 1, 2):
         q = plan(script, m, q0, chain_model(script, m), 3, 0.5, 0.9, 0.0, 5, seed)
         np.testing.assert_allclose(np.asarray(q), [[0, 0], [0, 0.875], [0, 0]], atol=1e-6)
-    np.testing.assert_array_equal(np.asarray(plan(script, m, q0, chain_model(script, m), 0, 0.5, 0.9, 0.0, 5, 0)),
-                                  np.zeros((3, 2)))
+    np.testing.assert_array_equal(
+        np.asarray(plan(script, m, q0, chain_model(script, m), 0, 0.5, 0.9, 0.0, 5, 0)), np.zeros((3, 2))
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -144,8 +149,11 @@ def test_problem9_model_update_and_dyna_q_plus_bonus(script):
     np.testing.assert_array_equal(np.asarray(model["reward"]), [[0, 0], [0, 1], [0, 0]])
     # a deterministic model answers with the last outcome seen
     again = m.model_update(model, 1, RIGHT, 0.25, 0, 0.0, 9, False)
-    assert (float(again["reward"][1, RIGHT]), int(again["next_state"][1, RIGHT]), int(again["last_tried"][1, RIGHT])) \
-        == (0.25, 0, 9)
+    assert (
+        float(again["reward"][1, RIGHT]),
+        int(again["next_state"][1, RIGHT]),
+        int(again["last_tried"][1, RIGHT]),
+    ) == (0.25, 0, 9)
     assert float(model["reward"][1, RIGHT]) == 1.0, "model_update leaves its input as it was"
 
     q = f([[0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
@@ -190,12 +198,18 @@ def test_dyna_maze_shortest_path_is_14():
     assert (env.num_rows, env.num_cols, env.start, env.goal) == (6, 9, (2, 0), (0, 8))
     assert env.observation_space.n == 54 and env.action_space.n == 4 and int(env.walls.sum()) == 7
     # a greedy policy built from the BFS distances walks a shortest path; one that runs into a wall loops
-    distance = {(r, c): mazes.shortest_path_length(env.walls, (r, c), env.goal) for r in range(6) for c in range(9)
-                if not env.walls[r, c]}
+    distance = {
+        (r, c): mazes.shortest_path_length(env.walls, (r, c), env.goal)
+        for r in range(6)
+        for c in range(9)
+        if not env.walls[r, c]
+    }
     policy = np.zeros(54, dtype=np.int64)
     for (r, c), d in distance.items():
         if (r, c) != env.goal:
-            policy[r * 9 + c] = next(a for a in range(4) if distance.get(mazes.move(env.walls, (r, c), a)) == d - 1)
+            policy[r * 9 + c] = next(
+                a for a in range(4) if distance.get(mazes.move(env.walls, (r, c), a)) == d - 1
+            )
     assert env.policy_path_length(policy) == 14
     assert env.policy_path_length(np.full(54, 0)) is None  # "up" forever: stuck at the top edge
 
@@ -211,8 +225,9 @@ def test_maze_dynamics():
     assert env.step(0)[:4] == (8, 1.0, True, False), "the goal: reward 1, terminated"
 
 
-@pytest.mark.parametrize("env_id, before, after, cell", [("BlockingMaze-v0", 10, 16, (3, 8)),
-                                                          ("ShortcutMaze-v0", 16, 10, (3, 8))])
+@pytest.mark.parametrize(
+    "env_id, before, after, cell", [("BlockingMaze-v0", 10, 16, (3, 8)), ("ShortcutMaze-v0", 16, 10, (3, 8))]
+)
 def test_wall_changes_at_the_configured_step(env_id, before, after, cell):
     """Steps 1 .. change_at are taken in the first layout, later ones in the second. In the blocking
     maze the cell (3, 8), the right end of the wall, closes; in the shortcut maze it opens."""
@@ -241,8 +256,16 @@ def test_wall_changes_at_the_configured_step(env_id, before, after, cell):
 def test_changing_maze_run_reports_both_layouts(script, tmp_path):
     """A short Dyna-Q+ run through the blocking maze's change: the summary reports the first layout's
     and the second layout's shortest paths and the per-episode steps."""
-    s = run_train(script, tmp_path, seed=1, env_id="BlockingMaze-v0", total_timesteps=300, planning_steps=5,
-                  kappa=1e-3, change_at=100)
+    s = run_train(
+        script,
+        tmp_path,
+        seed=1,
+        env_id="BlockingMaze-v0",
+        total_timesteps=300,
+        planning_steps=5,
+        kappa=1e-3,
+        change_at=100,
+    )
     assert (s["shortest_path_length"], s["changed_shortest_path_length"]) == (10, 16)
     assert sum(s["steps_per_episode"]) <= 300 and s["global_step"] == 300
     assert "steps_to_optimal_after_change" in s and 0.0 <= s["path_optimality"] <= 1.0
@@ -250,16 +273,19 @@ def test_changing_maze_run_reports_both_layouts(script, tmp_path):
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("overrides, match", [
-    (dict(planning_steps=-1), "planning_steps"),
-    (dict(learning_rate=0.0), "learning_rate"),
-    (dict(gamma=1.5), "gamma"),
-    (dict(epsilon=-0.1), "epsilon"),
-    (dict(kappa=-1.0), "kappa"),
-    (dict(total_timesteps=0), "total_timesteps"),
-    (dict(change_at=100), "change_at"),  # the Dyna maze has no second layout
-    (dict(env_id="BlockingMaze-v0", change_at=-5), "change_at"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (dict(planning_steps=-1), "planning_steps"),
+        (dict(learning_rate=0.0), "learning_rate"),
+        (dict(gamma=1.5), "gamma"),
+        (dict(epsilon=-0.1), "epsilon"),
+        (dict(kappa=-1.0), "kappa"),
+        (dict(total_timesteps=0), "total_timesteps"),
+        (dict(change_at=100), "change_at"),  # the Dyna maze has no second layout
+        (dict(env_id="BlockingMaze-v0", change_at=-5), "change_at"),
+    ],
+)
 def test_bad_arguments_are_refused(script, overrides, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):
@@ -293,10 +319,25 @@ def test_planning_reaches_the_goal_in_fewer_real_steps_than_q_learning(script, t
     1-10 (tests/dyna_q_curves.py): n = 50 after 175-1,606 real steps (episode 2-3), n = 0 after
     3,303-7,902 (episode 20-36), so each seed is compared with its own Q-learning run."""
     for seed in (1, 2, 3):
-        dyna = run_train(script, tmp_path / f"n50_{seed}", seed=seed, env_id="DynaMaze-v0",
-                         planning_steps=50, total_timesteps=3000)
-        plain = run_train(script, tmp_path / f"n0_{seed}", seed=seed, env_id="DynaMaze-v0",
-                          planning_steps=0, total_timesteps=20_000)
+        dyna = run_train(
+            script,
+            tmp_path / f"n50_{seed}",
+            seed=seed,
+            env_id="DynaMaze-v0",
+            planning_steps=50,
+            total_timesteps=3000,
+        )
+        plain = run_train(
+            script,
+            tmp_path / f"n0_{seed}",
+            seed=seed,
+            env_id="DynaMaze-v0",
+            planning_steps=0,
+            total_timesteps=20_000,
+        )
         assert dyna["steps_to_greedy_path"] is not None and plain["steps_to_greedy_path"] is not None
-        assert dyna["steps_to_greedy_path"] < plain["steps_to_greedy_path"], (seed, dyna["steps_to_greedy_path"],
-                                                                            plain["steps_to_greedy_path"])
+        assert dyna["steps_to_greedy_path"] < plain["steps_to_greedy_path"], (
+            seed,
+            dyna["steps_to_greedy_path"],
+            plain["steps_to_greedy_path"],
+        )

@@ -1,5 +1,6 @@
 """tests/evaluation.py: the multi-seed aggregates by hand, the bootstrap against its exact
 distribution, and both against rliable (Agarwal et al. 2021)."""
+
 import itertools
 
 import numpy as np
@@ -72,7 +73,8 @@ def test_against_rliable_numbers():
 
 def test_against_rliable_when_installed():
     try:  # optional (requirements-extra.txt); arch fails to import under pandas 3 with a TypeError
-        from rliable import library as rly, metrics
+        from rliable import library as rly
+        from rliable import metrics
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"rliable not importable: {exc!r}")
     rng = np.random.default_rng(0)
@@ -108,23 +110,36 @@ def test_threshold_lines_only_on_their_own_scale(tmp_path, monkeypatch):
     """write_curves draws a spec's bar as a line only where the metric lives on the plotted curve's
     axis; a normalised score over a returns curve, or an at_most-only spec, goes in the title."""
     import matplotlib.axes
+
     from registry import LearningSpec
+
     lines = []
     monkeypatch.setattr(matplotlib.axes.Axes, "axhline", lambda self, y, **kw: lines.append(y))
     results = {s: {"episodic_returns": [(0, -1200.0 + s), (10, -150.0 - s)]} for s in (1, 2, 3)}
-    ev.write_curves(LearningSpec("algos/x.py", {"dataset": "d"}, threshold=80.0, metric="normalized_score",
-                                 smooth=1), results, tmp_path)
+    ev.write_curves(
+        LearningSpec("algos/x.py", {"dataset": "d"}, threshold=80.0, metric="normalized_score", smooth=1),
+        results,
+        tmp_path,
+    )
     assert lines == []  # 80 is a normalised score: no line at 80 on a returns axis
-    ev.write_curves(LearningSpec("algos/x.py", {"env_id": "E"}, threshold=-250.0, smooth=1), results, tmp_path)
+    ev.write_curves(
+        LearningSpec("algos/x.py", {"env_id": "E"}, threshold=-250.0, smooth=1), results, tmp_path
+    )
     assert lines == [-250.0]
-    ev.write_curves(LearningSpec("algos/x.py", {"env_id": "F"}, threshold=None, smooth=1,
-                                 at_most={"final_mean_return": -700.0}), results, tmp_path)
+    ev.write_curves(
+        LearningSpec(
+            "algos/x.py", {"env_id": "F"}, threshold=None, smooth=1, at_most={"final_mean_return": -700.0}
+        ),
+        results,
+        tmp_path,
+    )
     assert lines == [-250.0, -700.0]  # the upper bound, on the returns axis
     assert (tmp_path / "x-F.png").exists()
 
 
 def test_a_spec_must_assert_something():
     from registry import LearningSpec
+
     with pytest.raises(ValueError, match="at_most"):
         LearningSpec("algos/x.py", threshold=None)
 
@@ -132,7 +147,9 @@ def test_a_spec_must_assert_something():
 def test_a_floor_must_lie_below_the_threshold_and_is_asserted_on_every_seed():
     import importlib.util
     from pathlib import Path
+
     from registry import LearningSpec
+
     with pytest.raises(ValueError, match="floor"):
         LearningSpec("algos/x.py", threshold=450.0, floor=450.0)
     path = Path(__file__).resolve().parents[1] / "learning" / "test_learning.py"
@@ -140,7 +157,9 @@ def test_a_floor_must_lie_below_the_threshold_and_is_asserted_on_every_seed():
     learning = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(learning)
     spec = LearningSpec("algos/x.py", {"env_id": "E"}, threshold=450.0, min_passing=4, floor=200.0)
-    results = {s: {"final_mean_return": v, "wall_time": 1.0} for s, v in zip(range(1, 6), [500, 500, 480, 460, 300])}
+    results = {
+        s: {"final_mean_return": v, "wall_time": 1.0} for s, v in zip(range(1, 6), [500, 500, 480, 460, 300])
+    }
     learning.check(spec, results, 4, 450.0, 200.0)  # 4 of 5 over 450, none under 200: passes
     results[5]["final_mean_return"] = 150.0
     with pytest.raises(AssertionError, match="floor"):
@@ -154,6 +173,7 @@ def test_no_quick_check_rests_on_one_seed():
     """Issue 18's rule: a seed on another CPU is another draw, so no learning assertion of the default
     suite may rest on one seed (docs/reproducibility.md)."""
     from registry import REGISTRY
+
     single = [s.name for s in REGISTRY if len(s.quick_seeds) == 1]
     assert single == []
 
@@ -162,9 +182,17 @@ def test_read_sweep_orders_seeds_numerically(tmp_path):
     """read_sweep (the table drivers' reader of `--json` files) aligns scores, wall times and scalars
     with the seeds in numeric order, not JSON's string order ("10" after "2")."""
     import json
+
     path = tmp_path / "sweep.json"
-    path.write_text(json.dumps({"scores": {"10": 3.0, "2": 1.0}, "wall_time": {"10": 30.0, "2": 20.0},
-                                "scalars": {"10": {"kl_to_ref": 0.3}, "2": {"kl_to_ref": 0.2}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "scores": {"10": 3.0, "2": 1.0},
+                "wall_time": {"10": 30.0, "2": 20.0},
+                "scalars": {"10": {"kl_to_ref": 0.3}, "2": {"kl_to_ref": 0.2}},
+            }
+        )
+    )
     sweep = ev.read_sweep(path)
     assert sweep["seeds"] == ["2", "10"]
     assert sweep["scores"].tolist() == [1.0, 3.0] and sweep["wall"].tolist() == [20.0, 30.0]

@@ -5,12 +5,14 @@ the fixed per-cell mapping) moves one column right at a cost of 0.01 / N; "right
 cell pays +1. For N = 3: the only rewarding path is right, right, right with return
 3 * (-0.01 / 3) + 1 = 0.99; any "left" ends the hope of the treasure; all "left" returns 0.
 """
+
 import itertools
 import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
+
 from helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "algos"))  # as when a script runs: the twins `import explore_envs`
@@ -146,6 +148,7 @@ def test_full_view_tv_has_tv_channels_observations_in_all_the_task():
     """The point of the full view: 400 episodes of random actions on DeepSea5, the TV pressed in
     many cells, show 4 distinct TV observations (its 4 screens), where the screen beside the position
     shows a new one per (cell, screen) pair."""
+
     def tv_observations(env_id):
         env = gym.make(env_id, tv_channels=4)
         seen = set()
@@ -158,6 +161,7 @@ def test_full_view_tv_has_tv_channels_observations_in_all_the_task():
                 if action == 2:
                     seen.add(obs.tobytes())
         return seen
+
     assert len(tv_observations("NoisyTVFullDeepSea5-v0")) == 4
     beside = tv_observations("NoisyTVDeepSea5-v0")
     assert len(beside) > 4 * 5  # a screen per reachable cell below the first row, at least
@@ -167,8 +171,14 @@ def test_registered_tv_variants():
     """Each TV id is DeepSeaEnv with its documented arguments: NoisyTVUniform shows fresh U(0, 1)
     noise beside the position; NoisyTVOneScreen (the control) lights the same single screen every
     time, so nothing about its TV is random."""
-    assert set(explore_envs.VARIANTS) == {"DeepSea", "DeepSeaStochastic", "NoisyTVDeepSea", "NoisyTVFullDeepSea",
-                                          "NoisyTVUniformDeepSea", "NoisyTVOneScreenDeepSea"}
+    assert set(explore_envs.VARIANTS) == {
+        "DeepSea",
+        "DeepSeaStochastic",
+        "NoisyTVDeepSea",
+        "NoisyTVFullDeepSea",
+        "NoisyTVUniformDeepSea",
+        "NoisyTVOneScreenDeepSea",
+    }
     env = gym.make("NoisyTVUniformDeepSea4-v0")
     env.reset(seed=0)
     first, *_ = env.step(2)

@@ -1,6 +1,7 @@
 """Tier 1 for GAIL: the discriminator loss, its gradient, the optimal discriminator and the reward
 -log D on hand numbers (the GAIL worked problem) in both twins; the reward is high where D is low;
 the expert pairs; and the bad-input checks that must stop a run before any work."""
+
 import math
 
 import jax
@@ -8,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, gae_on_column as gae
+
+from helpers import gae_on_column as gae
+from helpers import load_script
 
 TWINS = ["algos/gail_torch.py", "algos/gail_jax.py"]
 LN2, LN3, LN4_3 = math.log(2), math.log(3), math.log(4 / 3)
@@ -27,7 +30,9 @@ def loss_and_grads(script, learner_logits, expert_logits):
         loss = m.discriminator_loss(lt, et)
         loss.backward()
         return loss.item(), lt.grad.numpy(), et.grad.numpy()
-    loss, (gl, ge) = jax.value_and_grad(m.discriminator_loss, argnums=(0, 1))(jnp.asarray(lo), jnp.asarray(ex))
+    loss, (gl, ge) = jax.value_and_grad(m.discriminator_loss, argnums=(0, 1))(
+        jnp.asarray(lo), jnp.asarray(ex)
+    )
     return float(loss), np.asarray(gl), np.asarray(ge)
 
 
@@ -72,7 +77,9 @@ def test_optimal_discriminator_is_the_occupancy_ratio(script):
         m.discriminator_loss(l[learner_idx], l[expert_idx]).backward()
         g = l.grad.numpy()
     else:
-        g = np.asarray(jax.grad(lambda l: m.discriminator_loss(l[learner_idx], l[expert_idx]))(jnp.asarray(lx_ly)))
+        g = np.asarray(
+            jax.grad(lambda l: m.discriminator_loss(l[learner_idx], l[expert_idx]))(jnp.asarray(lx_ly))
+        )
     np.testing.assert_allclose(g, [0.0, 0.0], atol=1e-6)
     # ... and the learner's reward there: -log 3/4 = 0.2877 on the over-visited x, -log 1/4 = 1.3863
     # on y, which the expert visits three times as often: the learner is pushed towards y.
@@ -115,6 +122,7 @@ def test_expert_pairs_come_from_the_first_k_trajectories(script):
     m = load_script(script)
     obs, actions = m.load_expert_pairs("cartpole-expert", 2)
     import offline_data
+
     data = offline_data.load_dataset("cartpole-expert")
     end = offline_data.episode_bounds(data)[1][1]
     assert len(obs) == len(actions) == end
@@ -133,7 +141,9 @@ def refused(script, tmp_path, match, **overrides):
 
 @pytest.mark.parametrize("script", TWINS)
 def test_continuous_env_is_refused_saying_there_is_no_continuous_script(script, tmp_path):
-    refused(script, tmp_path, "no continuous-action GAIL script", env_id="Pendulum-v1", dataset="pendulum-expert")
+    refused(
+        script, tmp_path, "no continuous-action GAIL script", env_id="Pendulum-v1", dataset="pendulum-expert"
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)

@@ -1,13 +1,13 @@
 """Tier 1 for GRPO: worked problem 6 (docs/worked_problems.md) in both twins, exact numbers for
 group_advantages and k3_kl; grpo_loss's masking, clipping and KL term; and the bad-input checks
 (group size below 2, a checkpoint of the wrong vocabulary or context) that stop a run before work."""
+
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["llm/grpo_torch.py", "llm/grpo_jax.py"]
@@ -26,7 +26,9 @@ def test_problem6_group_of_four_with_one_correct(script):
     # the default eps = 1e-4 only nudges the numbers
     np.testing.assert_allclose(np.asarray(m.group_advantages(rewards))[0], adv, atol=1e-3)
     # without the std: the mean baseline alone (Dr. GRPO)
-    np.testing.assert_allclose(np.asarray(m.group_advantages(rewards, scale=False))[0], [0.75, -0.25, -0.25, -0.25], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(m.group_advantages(rewards, scale=False))[0], [0.75, -0.25, -0.25, -0.25], atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -79,8 +81,8 @@ def test_grpo_loss_clip_and_kl(script):
     loss, kl, clip, g = loss_and_grad(script, logp, old, ref, np.array([1.0]), np.ones((1, 2)))
     assert loss == pytest.approx(-(1.2 + 1.1) / 2, abs=1e-6)
     assert clip == pytest.approx(0.5)
-    assert g[0, 0] == 0.0                                   # clipped on the favoured side
-    assert g[0, 1] == pytest.approx(-1.1 / 2, abs=1e-6)     # d(r A)/d logp = r A, over 2 tokens
+    assert g[0, 0] == 0.0  # clipped on the favoured side
+    assert g[0, 1] == pytest.approx(-1.1 / 2, abs=1e-6)  # d(r A)/d logp = r A, over 2 tokens
     # the KL term alone: zero advantage, loss = beta * mean k3
     loss, kl, _, _ = loss_and_grad(script, logp, logp, ref, np.array([0.0]), np.ones((1, 2)), kl_coef=0.1)
     d = -logp[0]

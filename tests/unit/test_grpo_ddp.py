@@ -13,6 +13,7 @@ half of a fixed batch of groups, equal those of 1 worker on the concatenated bat
   it, rank 1 waits at a barrier) for a tiny budget.
 The single-process runs of both scripts are the generic smoke test's (tests/smoke/test_smoke.py).
 """
+
 import json
 import os
 import socket
@@ -29,8 +30,15 @@ from helpers import ROOT, load_script
 
 TORCH, JAX = "llm/grpo_ddp_torch.py", "llm/grpo_ddp_jax.py"
 B, T, PROMPT = 16, 12, 6  # 4 groups of 4 completions; each of the 2 workers holds 2 groups
-UPDATE = dict(update_epochs=2, clip_coef=0.2, kl_coef=0.04, temperature=1.0, max_grad_norm=1.0,
-              learning_rate=3e-4, warmup_steps=1)
+UPDATE = dict(
+    update_epochs=2,
+    clip_coef=0.2,
+    kl_coef=0.04,
+    temperature=1.0,
+    max_grad_norm=1.0,
+    learning_rate=3e-4,
+    warmup_steps=1,
+)
 # The script's learning rate. Adam's first steps move every weight by about the learning rate,
 # whatever the size of its gradient: a weight whose gradient is ~1e-8 (float noise) moves by
 # +-lr on a sign flip, so the parameter check needs lr well below the tolerance's scale; the
@@ -44,14 +52,19 @@ def fixed_batch(seed=0):
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, tasks.VOCAB_SIZE, (B, T + 1))
     mask = np.zeros((B, T), dtype=np.float32)
-    mask[:, PROMPT - 1:] = 1.0
-    mask[rng.random(B) < 0.4, T - 2:] = 0.0
+    mask[:, PROMPT - 1 :] = 1.0
+    mask[rng.random(B) < 0.4, T - 2 :] = 0.0
     rewards = (rng.random((B // 4, 4)) < 0.5).astype(np.float32)
     centred = rewards - rewards.mean(1, keepdims=True)
     advantages = (centred / (rewards.std(1, keepdims=True) + 1e-4)).reshape(-1).astype(np.float32)
-    return {"inputs": tokens[:, :-1], "labels": tokens[:, 1:], "mask": mask, "advantages": advantages,
-            "old_offset": (0.2 * rng.normal(size=(B, T))).astype(np.float32),
-            "ref_offset": (0.2 * rng.normal(size=(B, T))).astype(np.float32)}
+    return {
+        "inputs": tokens[:, :-1],
+        "labels": tokens[:, 1:],
+        "mask": mask,
+        "advantages": advantages,
+        "old_offset": (0.2 * rng.normal(size=(B, T))).astype(np.float32),
+        "ref_offset": (0.2 * rng.normal(size=(B, T))).astype(np.float32),
+    }
 
 
 def free_port():
@@ -105,15 +118,36 @@ dist.destroy_process_group()
 
 def test_torch_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tmp_path):
     np.savez(tmp_path / "batch.npz", **fixed_batch())
-    code = TORCH_COMMON + TORCH_WORKER.format(tests=str(ROOT / "tests"), script=TORCH, batch=str(tmp_path / "batch.npz"),
-                               B=B, update=UPDATE, out=str(tmp_path / "rank{}.npz"))
+    code = TORCH_COMMON + TORCH_WORKER.format(
+        tests=str(ROOT / "tests"),
+        script=TORCH,
+        batch=str(tmp_path / "batch.npz"),
+        B=B,
+        update=UPDATE,
+        out=str(tmp_path / "rank{}.npz"),
+    )
     port = free_port()
     procs = []
     for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     for p in procs:
         out, _ = p.communicate(timeout=180)
         assert p.returncode == 0, out
@@ -122,7 +156,9 @@ def test_torch_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tm
     namespace = {}
     exec(TORCH_COMMON, namespace)
     m, tinylm = load_script(TORCH), load_script("llm/tinylm_torch.py")
-    grads, params = namespace["torch_run"](m, tinylm, dict(np.load(tmp_path / "batch.npz")), slice(None), UPDATE)
+    grads, params = namespace["torch_run"](
+        m, tinylm, dict(np.load(tmp_path / "batch.npz")), slice(None), UPDATE
+    )
     torch.manual_seed(0)
     start = {n: p.detach().numpy() for n, p in tinylm.TinyLM(**tinylm.default_config()).named_parameters()}
     for name in grads:
@@ -145,9 +181,30 @@ def test_bad_input_stops_before_work(tmp_path):
 def test_torchrun_two_processes_end_to_end(tmp_path):
     """2 ranks, 4 prompts x 4 completions per step (2 prompts each), 2 steps, from a missing SFT
     checkpoint: rank 0 trains it while rank 1 waits; rank 0 alone writes the GRPO run directory."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", TORCH,
-           "--sft-steps", "4", "--num-test", "16", "--total-steps", "2", "--prompts-per-step", "4",
-           "--group-size", "4", "--eval-every", "1", "--log-dir", str(tmp_path), "--no-progress", "--no-cuda"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        TORCH,
+        "--sft-steps",
+        "4",
+        "--num-test",
+        "16",
+        "--total-steps",
+        "2",
+        "--prompts-per-step",
+        "4",
+        "--group-size",
+        "4",
+        "--eval-every",
+        "1",
+        "--log-dir",
+        str(tmp_path),
+        "--no-progress",
+        "--no-cuda",
+    ]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     run_dirs = [p for p in tmp_path.iterdir() if "grpo_ddp_torch" in p.name]
@@ -199,11 +256,13 @@ print(json.dumps(out))
 
 def test_jax_sharded_over_two_devices_equals_one_device(tmp_path):
     np.savez(tmp_path / "batch.npz", **fixed_batch())
-    code = JAX_WORKER.format(tests=str(ROOT / "tests"), script=JAX, batch=str(tmp_path / "batch.npz"),
-                             update=UPDATE)
+    code = JAX_WORKER.format(
+        tests=str(ROOT / "tests"), script=JAX, batch=str(tmp_path / "batch.npz"), update=UPDATE
+    )
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-    res = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(out["sharded_devices"]) == {2} and set(out["one_device_devices"]) == {1}
@@ -211,5 +270,7 @@ def test_jax_sharded_over_two_devices_equals_one_device(tmp_path):
         for sharded, single in zip(out[f"sharded_{kind}"], out[f"one_device_{kind}"]):
             np.testing.assert_allclose(np.array(sharded), np.array(single), atol=1e-5, rtol=0, err_msg=kind)
     assert max(np.abs(np.array(g)).max() for g in out["one_device_grads"]) > 1e-3
-    assert max(np.abs(np.array(a) - np.array(b)).max()
-               for a, b in zip(out["one_device_params"], out["start"])) > 3e-4
+    assert (
+        max(np.abs(np.array(a) - np.array(b)).max() for a, b in zip(out["one_device_params"], out["start"]))
+        > 3e-4
+    )

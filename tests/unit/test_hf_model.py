@@ -2,6 +2,7 @@
 is fine-tuned by SFT, DPO, GRPO and data-parallel GRPO (in one process, and under torchrun with 2 gloo
 processes) for a few steps; a missing folder and the JAX twins refuse cleanly.
 Skipped when transformers is not installed (it is an optional requirement)."""
+
 import json
 import shutil
 import subprocess
@@ -10,9 +11,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+
 from helpers import ROOT, load_script
 
-transformers = pytest.importorskip("transformers", reason="--model needs transformers (pip install transformers==5.25.0)")
+transformers = pytest.importorskip(
+    "transformers", reason="--model needs transformers (pip install transformers==5.25.0)"
+)
 
 TOKENIZER_WORDS = ["<unk>", "a", "b", "<eos>"] + list("0123456789+=") + ["x"]
 
@@ -21,20 +25,26 @@ def make_gpt2(folder, tokenizer=True):
     """A 2-layer GPT-2 (width 32, 64 tokens, 32 positions) with random weights, saved with
     save_pretrained; with a character-level tokenizer built offline (WordLevel) when tokenizer."""
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32,
-                                     bos_token_id=3, eos_token_id=3)
+    config = transformers.GPT2Config(
+        n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32, bos_token_id=3, eos_token_id=3
+    )
     transformers.GPT2LMHeadModel(config).save_pretrained(folder)
     if tokenizer:
         from tokenizers import Tokenizer, models, pre_tokenizers
+
         tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(TOKENIZER_WORDS)}, unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-        transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>",
-                                             unk_token="<unk>").save_pretrained(folder)
+        transformers.PreTrainedTokenizerFast(
+            tokenizer_object=tok, eos_token="<eos>", unk_token="<unk>"
+        ).save_pretrained(folder)
     return str(folder)
 
 
 def weights(folder):
-    return {k: v.clone() for k, v in transformers.AutoModelForCausalLM.from_pretrained(folder).state_dict().items()}
+    return {
+        k: v.clone()
+        for k, v in transformers.AutoModelForCausalLM.from_pretrained(folder).state_dict().items()
+    }
 
 
 def changed(before, after):
@@ -67,10 +77,14 @@ def test_token_map_with_and_without_tokenizer(gpt2, tmp_path):
 def test_scripts_fine_tune_a_gpt2(name, gpt2, tmp_path, monkeypatch):
     m = load_script(f"llm/{name}_torch.py")
     common = dict(model=gpt2, num_test=8, log_dir=str(tmp_path), progress=False, cuda=False)
-    budget = {"sft": dict(total_steps=3, batch_size=8, eval_every=3, save_path=str(tmp_path / "sft_out")),
-              "dpo": dict(num_prompts=16, samples_per_prompt=4, epochs=1, batch_size=8, eval_every=2, label_noise=0.0),
-              "grpo": dict(total_steps=2, prompts_per_step=4, group_size=4, eval_every=2),
-              "grpo_ddp": dict(total_steps=2, prompts_per_step=4, group_size=4, eval_every=2)}[name]
+    budget = {
+        "sft": dict(total_steps=3, batch_size=8, eval_every=3, save_path=str(tmp_path / "sft_out")),
+        "dpo": dict(
+            num_prompts=16, samples_per_prompt=4, epochs=1, batch_size=8, eval_every=2, label_noise=0.0
+        ),
+        "grpo": dict(total_steps=2, prompts_per_step=4, group_size=4, eval_every=2),
+        "grpo_ddp": dict(total_steps=2, prompts_per_step=4, group_size=4, eval_every=2),
+    }[name]
     before = weights(gpt2)
     if name == "sft":
         out = m.train(m.Args(**common, **budget))
@@ -86,10 +100,15 @@ def test_scripts_fine_tune_a_gpt2(name, gpt2, tmp_path, monkeypatch):
         return loaded[-1]
 
     monkeypatch.setattr(m.hf_model, "load", keep)
-    if name.startswith("grpo"):  # a random model never answers right: every group ties and GRPO has no gradient.
+    if name.startswith(
+        "grpo"
+    ):  # a random model never answers right: every group ties and GRPO has no gradient.
         # Reward odd first tokens instead, so that groups differ.
-        monkeypatch.setattr(m.tasks, "verify", lambda pairs, completions, digits:
-                            (np.asarray(completions)[:, 0] % 2).astype(np.float32))
+        monkeypatch.setattr(
+            m.tasks,
+            "verify",
+            lambda pairs, completions, digits: (np.asarray(completions)[:, 0] % 2).astype(np.float32),
+        )
     out = m.train(m.Args(**common, **budget))
     assert out.get("world_size", 1) == 1  # grpo_ddp without torchrun: one process, no process group
     assert all(np.isfinite(v) for v in out["losses"].values())
@@ -123,9 +142,30 @@ def test_grpo_ddp_torchrun_two_processes_fine_tune_a_gpt2(gpt2, tmp_path):
     worker = tmp_path / "worker.py"
     worker.write_text(TORCHRUN_WORKER.format(tests=str(ROOT / "tests"), out_dir=str(tmp_path / "out")))
     runs = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker),
-           "--model", gpt2, "--num-test", "8", "--total-steps", "2", "--prompts-per-step", "4",
-           "--group-size", "4", "--eval-every", "2", "--log-dir", str(runs), "--no-progress", "--no-cuda"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(worker),
+        "--model",
+        gpt2,
+        "--num-test",
+        "8",
+        "--total-steps",
+        "2",
+        "--prompts-per-step",
+        "4",
+        "--group-size",
+        "4",
+        "--eval-every",
+        "2",
+        "--log-dir",
+        str(runs),
+        "--no-progress",
+        "--no-cuda",
+    ]
     before = weights(gpt2)
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     if out.returncode != 0 and "terminate called without an active exception" in out.stderr:
@@ -147,8 +187,19 @@ def test_grpo_ddp_torchrun_two_processes_fine_tune_a_gpt2(gpt2, tmp_path):
 
 def test_reward_model_head_on_a_gpt2(gpt2, tmp_path):
     m = load_script("llm/reward_model_torch.py")
-    out = m.train(m.Args(model=gpt2, num_test=16, num_prompts=16, epochs=1, batch_size=8, eval_every=2,
-                         log_dir=str(tmp_path), progress=False, cuda=False))
+    out = m.train(
+        m.Args(
+            model=gpt2,
+            num_test=16,
+            num_prompts=16,
+            epochs=1,
+            batch_size=8,
+            eval_every=2,
+            log_dir=str(tmp_path),
+            progress=False,
+            cuda=False,
+        )
+    )
     assert np.isfinite(out["losses"]["bt_loss"])
     rm = m.load_reward_model(out["model_path"])  # a folder: the GPT-2 and value_head.npz
     assert rm.head.weight.shape == (1, 32)  # nn.Linear(hidden size, 1) on the last hidden state
@@ -171,9 +222,13 @@ def test_jax_twins_refuse_model(name, gpt2, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"
+)
 @pytest.mark.parametrize("name", ["sft", "dpo", "grpo", "grpo_ddp", "reward_model"])
 def test_gpt2_on_cuda(name, gpt2, tmp_path):
     m = load_script(f"llm/{name}_torch.py")
-    out = m.train(m.Args(**{**m.SMOKE_ARGS, "model": gpt2, "log_dir": str(tmp_path), "progress": False, "cuda": True}))
+    out = m.train(
+        m.Args(**{**m.SMOKE_ARGS, "model": gpt2, "log_dir": str(tmp_path), "progress": False, "cuda": True})
+    )
     assert all(np.isfinite(v) for v in out["losses"].values())

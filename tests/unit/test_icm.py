@@ -2,23 +2,25 @@
 twins -- the inverse and forward losses and the curiosity reward on a two-transition batch by hand,
 the detached forward target checked by gradients (through the loss and through the module), the
 frozen random features -- plus the PPO base on hand numbers and the bad-input checks."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import gae_on_column as gae
 from helpers import is_torch, load_script
 
 TWINS = ["algos/icm_torch.py", "algos/icm_jax.py"]
 
 # The worked problem: two transitions, two actions, two feature dimensions.
-LOGITS = [[0.0, np.log(3.0)], [0.0, 0.0]]    # p(a=1) = 3/4 for the first, 1/2 for the second
+LOGITS = [[0.0, np.log(3.0)], [0.0, 0.0]]  # p(a=1) = 3/4 for the first, 1/2 for the second
 ACTIONS = [1, 0]
-PHI_NEXT_PRED = [[1.0, 2.0], [0.0, 0.0]]     # the forward model's phi_hat(s')
-PHI_NEXT = [[1.0, 0.0], [3.0, 4.0]]          # the encoder's phi(s')
+PHI_NEXT_PRED = [[1.0, 2.0], [0.0, 0.0]]  # the forward model's phi_hat(s')
+PHI_NEXT = [[1.0, 0.0], [3.0, 4.0]]  # the encoder's phi(s')
 INVERSE = (-np.log(0.75) + np.log(2.0)) / 2  # 0.490415: mean cross-entropy
-FORWARD = (0.5 * 4.0 + 0.5 * 25.0) / 2       # 7.25: mean of 1/2 ||error||^2 = (2 + 12.5) / 2
+FORWARD = (0.5 * 4.0 + 0.5 * 25.0) / 2  # 7.25: mean of 1/2 ||error||^2 = (2 + 12.5) / 2
 
 
 def losses_and_grads(script, beta):
@@ -28,14 +30,23 @@ def losses_and_grads(script, beta):
     if is_torch(script):
         pred = torch.tensor(f32(PHI_NEXT_PRED), requires_grad=True)
         target = torch.tensor(f32(PHI_NEXT), requires_grad=True)
-        loss, inverse, forward = m.icm_losses(torch.tensor(f32(LOGITS)), torch.tensor(ACTIONS), pred, target, beta)
+        loss, inverse, forward = m.icm_losses(
+            torch.tensor(f32(LOGITS)), torch.tensor(ACTIONS), pred, target, beta
+        )
         forward.backward()
         g_target = np.zeros((2, 2)) if target.grad is None else target.grad.numpy()  # None: not in the graph
         return (loss.item(), inverse.item(), forward.item()), pred.grad.numpy(), g_target
     fwd = lambda p, t: m.icm_losses(jnp.asarray(f32(LOGITS)), jnp.asarray(ACTIONS), p, t, beta)[2]
-    g_pred, g_target = jax.grad(fwd, argnums=(0, 1))(jnp.asarray(f32(PHI_NEXT_PRED)), jnp.asarray(f32(PHI_NEXT)))
-    loss, inverse, forward = m.icm_losses(jnp.asarray(f32(LOGITS)), jnp.asarray(ACTIONS),
-                                          jnp.asarray(f32(PHI_NEXT_PRED)), jnp.asarray(f32(PHI_NEXT)), beta)
+    g_pred, g_target = jax.grad(fwd, argnums=(0, 1))(
+        jnp.asarray(f32(PHI_NEXT_PRED)), jnp.asarray(f32(PHI_NEXT))
+    )
+    loss, inverse, forward = m.icm_losses(
+        jnp.asarray(f32(LOGITS)),
+        jnp.asarray(ACTIONS),
+        jnp.asarray(f32(PHI_NEXT_PRED)),
+        jnp.asarray(f32(PHI_NEXT)),
+        beta,
+    )
     return (float(loss), float(inverse), float(forward)), np.asarray(g_pred), np.asarray(g_target)
 
 
@@ -60,7 +71,9 @@ def test_curiosity_reward_by_hand(script):
     r = m.curiosity_reward(to(PHI_NEXT_PRED), to(PHI_NEXT), 0.1)
     np.testing.assert_allclose(np.asarray(r), [0.2, 1.25], atol=1e-6)
     # eta = 0: the baseline, no bonus at all
-    np.testing.assert_allclose(np.asarray(m.curiosity_reward(to(PHI_NEXT_PRED), to(PHI_NEXT), 0.0)), [0.0, 0.0])
+    np.testing.assert_allclose(
+        np.asarray(m.curiosity_reward(to(PHI_NEXT_PRED), to(PHI_NEXT), 0.0)), [0.0, 0.0]
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -97,6 +110,7 @@ def module_input_grads(script, features, which):
     def f(params, o, o2):
         out = icm(params, o, o2, jnp.asarray(actions))
         return m.icm_losses(out[0], jnp.asarray(actions), out[1], out[2], 0.2)[pick]
+
     g_params, g_o, g_o2 = jax.grad(f, argnums=(0, 1, 2))(params, jnp.asarray(obs), jnp.asarray(next_obs))
     enc = [np.asarray(x) for x in jax.tree.leaves(g_params.get("encoder", {}))]
     return np.asarray(g_o), np.asarray(g_o2), enc
@@ -139,24 +153,29 @@ def test_clipped_surrogate_base_by_hand(script):
     ratios = np.float32([1.5, 0.5, 1.6, 0.7])
     adv = np.float32([1.0, 1.0, -1.0, -1.0])
     if is_torch(script):
-        loss = m.ppo_policy_loss(torch.log(torch.tensor(ratios)), torch.zeros(4), torch.tensor(adv), 0.2).item()
+        loss = m.ppo_policy_loss(
+            torch.log(torch.tensor(ratios)), torch.zeros(4), torch.tensor(adv), 0.2
+        ).item()
     else:
         loss = float(m.ppo_policy_loss(jnp.log(ratios), jnp.zeros(4), jnp.asarray(adv), 0.2))
     assert loss == pytest.approx(0.175, abs=1e-6)
 
 
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("overrides, match", [
-    ({"bonus_scale": -0.1}, "bonus_scale"),
-    ({"env_id": "DeepSea0-v0"}, "size N = 0"),
-    ({"env_id": "DeepSea-3-v0"}, "size N = -3"),
-    ({"env_id": "NoisyTVDeepSea65-v0"}, "size N = 65"),
-    ({"icm_beta": 1.5}, "icm_beta"),
-    ({"features": "pixels"}, "features"),
-    ({"feature_dim": 0}, "feature_dim"),
-    ({"num_minibatches": 3}, "divisible"),
-    ({"total_timesteps": 100}, "less than one rollout"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"bonus_scale": -0.1}, "bonus_scale"),
+        ({"env_id": "DeepSea0-v0"}, "size N = 0"),
+        ({"env_id": "DeepSea-3-v0"}, "size N = -3"),
+        ({"env_id": "NoisyTVDeepSea65-v0"}, "size N = 65"),
+        ({"icm_beta": 1.5}, "icm_beta"),
+        ({"features": "pixels"}, "features"),
+        ({"feature_dim": 0}, "feature_dim"),
+        ({"num_minibatches": 3}, "divisible"),
+        ({"total_timesteps": 100}, "less than one rollout"),
+    ],
+)
 def test_bad_input_is_refused_before_any_run_directory(script, overrides, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

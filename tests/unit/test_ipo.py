@@ -2,6 +2,7 @@
 formula for loss_type="ipo"; the gradient (IPO also pulls a margin that is too large back); the fixed
 point (gradient descent on the margin h alone: IPO settles at 1/(2 beta), DPO's h keeps growing);
 the token-averaged log-probs of --average-logps; and the bad-input checks. Both twins throughout."""
+
 import math
 
 import jax
@@ -9,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TWINS = ["llm/ipo_torch.py", "llm/ipo_jax.py"]
@@ -78,7 +80,11 @@ def test_gradient_pulls_margin_to_target_from_both_sides(script):
         else:
             f = lambda pc, pr: m.ipo_loss(pc, pr, jnp.array([-12.0]), jnp.array([-8.0]), beta)[0]
             g = tuple(float(x[0]) for x in jax.grad(f, argnums=(0, 1))(jnp.array([-10.0]), jnp.array([-9.0])))
-            gc = jax.grad(lambda pc: m.ipo_loss(pc, jnp.array([-9.0]), jnp.array([-12.0]), jnp.array([-8.0]), beta)[1].sum())
+            gc = jax.grad(
+                lambda pc: m.ipo_loss(pc, jnp.array([-9.0]), jnp.array([-12.0]), jnp.array([-8.0]), beta)[
+                    1
+                ].sum()
+            )
             assert float(gc(jnp.array([-10.0]))[0]) == 0.0
         assert g[0] == pytest.approx(want, abs=1e-5) and g[1] == pytest.approx(-want, abs=1e-5)
 
@@ -103,7 +109,9 @@ def descend_on_h(script, loss_name, beta, p=1.0, steps=2000, lr=0.1):
                 out.append(h.item())
         return out
     z = jnp.array(zero)
-    grad = jax.jit(jax.grad(lambda h: p * loss_fn(h, z, z, z, beta)[0] + (1 - p) * loss_fn(-h, z, z, z, beta)[0]))
+    grad = jax.jit(
+        jax.grad(lambda h: p * loss_fn(h, z, z, z, beta)[0] + (1 - p) * loss_fn(-h, z, z, z, beta)[0])
+    )
     h, out = jnp.zeros(1), []
     for step in range(1, steps + 1):
         h = h - lr * grad(h)
@@ -135,7 +143,8 @@ def test_fixed_point_with_label_noise(script):
     beta = 0.5
     assert descend_on_h(script, "ipo_loss", beta, p=0.9)[1] == pytest.approx(0.8, abs=1e-4)
     assert descend_on_h(DPO[script], "dpo_loss", beta, p=0.9, steps=4000, lr=1.0)[1] == pytest.approx(
-        2 * math.log(9), abs=1e-3)
+        2 * math.log(9), abs=1e-3
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -176,7 +185,9 @@ def test_bad_input_is_refused(script, tmp_path):
     lm = load_script("llm/tinylm_torch.py")
     lm.save_checkpoint(lm.TinyLM(20, 16, 32, 1, 2), tmp_path / "vocab20.npz")
     with pytest.raises(ValueError, match="vocabulary"):
-        m.train(m.Args(sft_path=str(tmp_path / "vocab20.npz"), log_dir=str(tmp_path / "runs"), progress=False))
+        m.train(
+            m.Args(sft_path=str(tmp_path / "vocab20.npz"), log_dir=str(tmp_path / "runs"), progress=False)
+        )
     with pytest.raises(ValueError, match="block_size|context"):
         m.train(m.Args(digits=5, log_dir=str(tmp_path / "runs"), progress=False))
     assert not (tmp_path / "runs").exists()

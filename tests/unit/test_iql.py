@@ -2,10 +2,12 @@
 known sample (tau 0.5 the mean, tau -> 1 towards the max, never past it), the clamped advantage weights,
 the advantage-weighted actor loss and the Gaussian log-density by hand, the critic's done flag (terminals,
 not timeouts), the deterministic evaluation playing the mean, and the bad-input checks, in both twins."""
+
 import jax
 import numpy as np
 import pytest
 import torch
+
 from helpers import conv, load_script, run_train
 
 TWINS = ["algos/iql_torch.py", "algos/iql_jax.py"]
@@ -108,7 +110,9 @@ def test_awr_actor_loss_and_gradient_by_hand(script):
         loss.backward()
         grad = lp.grad.numpy()
     else:
-        (loss, mean_weight), grad = jax.value_and_grad(lambda lp: m.awr_actor_loss(lp, adv, 1.0, 5.0), has_aux=True)(logp)
+        (loss, mean_weight), grad = jax.value_and_grad(
+            lambda lp: m.awr_actor_loss(lp, adv, 1.0, 5.0), has_aux=True
+        )(logp)
     assert float(loss) == pytest.approx(2.5, abs=1e-5)
     assert float(mean_weight) == pytest.approx(8 / 3, abs=1e-5)
     np.testing.assert_allclose(np.asarray(grad), [-1 / 3, -2 / 3, -5 / 3], atol=1e-6)
@@ -130,9 +134,14 @@ def test_gaussian_log_prob_by_hand(script):
 def test_prepare_dataset_and_target_bootstrap_through_timeouts(script):
     m, c = load_script(script), conv(script)
     obs = np.array([[0.0, 10.0], [2.0, 10.0], [4.0, 10.0]], dtype=np.float32)
-    data = {"observations": obs, "next_observations": obs[::-1].copy(), "actions": np.zeros((3, 1), np.float32),
-            "rewards": np.array([1.0, 0.5, 2.0], np.float32), "terminals": np.array([0.0, 1.0, 0.0], np.float32),
-            "timeouts": np.array([0.0, 0.0, 1.0], np.float32)}
+    data = {
+        "observations": obs,
+        "next_observations": obs[::-1].copy(),
+        "actions": np.zeros((3, 1), np.float32),
+        "rewards": np.array([1.0, 0.5, 2.0], np.float32),
+        "terminals": np.array([0.0, 1.0, 0.0], np.float32),
+        "timeouts": np.array([0.0, 0.0, 1.0], np.float32),
+    }
     arrays = m.prepare_dataset(data, *m.state_normalizer(obs))
     np.testing.assert_array_equal(arrays["terminals"], [0.0, 1.0, 0.0])
     # gamma 0.9, V(s') = [4, -2, 6]: 1 + 0.9 * 4 = 4.6; terminal: 0.5; timeout: 2 + 0.9 * 6 = 7.4
@@ -166,16 +175,21 @@ def test_discrete_dataset_is_refused_naming_cql_discrete(script, tmp_path):
 
 
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("bad, match", [(dict(dataset="hopper-medium"), "pointmaze-stitch"),
-                                        (dict(total_steps=-1), "total_steps"),
-                                        (dict(batch_size=0), "batch_size"),
-                                        (dict(eval_every=0), "eval_every"),
-                                        (dict(eval_episodes=0), "eval_episodes"),
-                                        (dict(expectile=1.0), "expectile"),
-                                        (dict(expectile=0.0), "expectile"),
-                                        (dict(beta=-1.0), "beta"),
-                                        (dict(max_weight=0.0), "max_weight"),
-                                        (dict(gamma=1.5), "gamma")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(dataset="hopper-medium"), "pointmaze-stitch"),
+        (dict(total_steps=-1), "total_steps"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(eval_every=0), "eval_every"),
+        (dict(eval_episodes=0), "eval_episodes"),
+        (dict(expectile=1.0), "expectile"),
+        (dict(expectile=0.0), "expectile"),
+        (dict(beta=-1.0), "beta"),
+        (dict(max_weight=0.0), "max_weight"),
+        (dict(gamma=1.5), "gamma"),
+    ],
+)
 def test_bad_input_is_refused_before_a_run_directory(script, bad, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

@@ -1,6 +1,7 @@
 """Tier 1 for KTO: the worked problem (docs/algorithms/kto.md) in both twins: kto_loss on hand numbers
 at two betas, the reference point z (mismatched-pair KL estimate, clamped at 0, detached), the
 desirable / undesirable weights, the gradient's direction, and the bad-input checks."""
+
 import math
 
 import jax
@@ -8,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TWINS = ["llm/kto_torch.py", "llm/kto_jax.py"]
@@ -41,8 +43,8 @@ def kto(script, policy, ref, policy_kl, ref_kl, desirable, beta, lam_d=1.0, lam_
 @pytest.mark.parametrize("script", TWINS)
 def test_worked_problem_beta_1(script):
     loss, rewards, z = kto(script, POLICY, REF, POLICY_KL, REF_KL, DESIRABLE, 1.0)
-    assert z == pytest.approx(0.4, abs=1e-6)                      # mean(0.5, 0.3)
-    np.testing.assert_allclose(rewards, [1.0, -1.0], atol=1e-6)   # beta * r
+    assert z == pytest.approx(0.4, abs=1e-6)  # mean(0.5, 0.3)
+    np.testing.assert_allclose(rewards, [1.0, -1.0], atol=1e-6)  # beta * r
     # desirable: 1 - sigmoid(1 * (1 - 0.4)) = 1 - 0.645656 = 0.354344
     # undesirable: 1 - sigmoid(1 * (0.4 - (-1))) = 1 - 0.802184 = 0.197816
     # mean: (0.354344 + 0.197816) / 2 = 0.276080
@@ -53,7 +55,7 @@ def test_worked_problem_beta_1(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_worked_problem_beta_0_1(script):
     loss, rewards, z = kto(script, POLICY, REF, POLICY_KL, REF_KL, DESIRABLE, 0.1)
-    assert z == pytest.approx(0.4, abs=1e-6)                      # z does not depend on beta
+    assert z == pytest.approx(0.4, abs=1e-6)  # z does not depend on beta
     np.testing.assert_allclose(rewards, [0.1, -0.1], atol=1e-6)
     # desirable: 1 - sigmoid(0.1 * 0.6) = 1 - 0.514995 = 0.485004
     # undesirable: 1 - sigmoid(0.1 * 1.4) = 1 - 0.534943 = 0.465057
@@ -86,10 +88,10 @@ def test_desirable_and_undesirable_weights(script):
     kl = ([-6.0, -6.0], [-5.0, -5.5])
     base = 1 - sigmoid(1.0)
     loss, _, _ = kto(script, POLICY, REF, *kl, DESIRABLE, 1.0, lam_d=2.0, lam_u=1.0)
-    assert loss == pytest.approx((2.0 * base + base) / 2, abs=1e-6)      # 0.403412
+    assert loss == pytest.approx((2.0 * base + base) / 2, abs=1e-6)  # 0.403412
     assert loss == pytest.approx(0.4034, abs=1e-4)
     loss, _, _ = kto(script, POLICY, REF, *kl, DESIRABLE, 1.0, lam_d=1.0, lam_u=3.0)
-    assert loss == pytest.approx((base + 3.0 * base) / 2, abs=1e-6)      # 0.537883
+    assert loss == pytest.approx((base + 3.0 * base) / 2, abs=1e-6)  # 0.537883
     # The labels pick the weight: the same numbers with the labels swapped (r = +1 undesirable,
     # r = -1 desirable) cost 1 - sigmoid(-1) = 0.731059 each: lambda_D 2 -> (0.731059 + 2 x 0.731059) / 2
     loss, _, _ = kto(script, POLICY, REF, *kl, [0.0, 1.0], 1.0, lam_d=2.0, lam_u=1.0)
@@ -109,8 +111,9 @@ def test_gradient_raises_desirable_lowers_undesirable_and_ignores_z(script):
     if script.endswith("torch.py"):
         p = torch.tensor(POLICY, requires_grad=True)
         pkl = torch.tensor(POLICY_KL, requires_grad=True)
-        loss, rewards, z = m.kto_loss(p, torch.as_tensor(ref), pkl, torch.as_tensor(ref_kl), torch.as_tensor(d),
-                                      beta, lam_d, lam_u)
+        loss, rewards, z = m.kto_loss(
+            p, torch.as_tensor(ref), pkl, torch.as_tensor(ref_kl), torch.as_tensor(d), beta, lam_d, lam_u
+        )
         loss.backward()
         g, gkl = p.grad.numpy(), pkl.grad
         assert not rewards.requires_grad and not z.requires_grad
@@ -152,7 +155,10 @@ def test_z_detached_gradient_equals_constant_reference_point(script, tmp_path):
     beta, lam_d, lam_u = 0.5, 1.0, 1.5
 
     def formula(logratios, z, d, sig):  # the documented loss, z given from outside
-        return (lam_d * (1 - sig(beta * (logratios - z))) * d + lam_u * (1 - sig(beta * (z - logratios))) * (1 - d)).mean()
+        return (
+            lam_d * (1 - sig(beta * (logratios - z))) * d
+            + lam_u * (1 - sig(beta * (z - logratios))) * (1 - d)
+        ).mean()
 
     if script.endswith("torch.py"):
         lm = load_script("llm/tinylm_torch.py")
@@ -177,20 +183,30 @@ def test_z_detached_gradient_equals_constant_reference_point(script, tmp_path):
             return float(z.detach()), np.concatenate([p.grad.numpy().ravel() for p in policy.parameters()])
     else:
         lm = load_script("llm/tinylm_jax.py")
-        (model, params), (_, ref_params) = lm.load_checkpoint(tmp_path / "policy.npz"), lm.load_checkpoint(tmp_path / "ref.npz")
+        (model, params), (_, ref_params) = (
+            lm.load_checkpoint(tmp_path / "policy.npz"),
+            lm.load_checkpoint(tmp_path / "ref.npz"),
+        )
         J = jnp.asarray
         rl = m.pair_logps(model, ref_params, J(prompts), J(completions), J(mask))
         rl_kl = m.pair_logps(model, ref_params, J(prompts), J(kl_completions), J(kl_mask))
-        z_value = float(jnp.maximum((m.pair_logps(model, params, J(prompts), J(kl_completions), J(kl_mask)) - rl_kl).mean(), 0.0))
+        z_value = float(
+            jnp.maximum(
+                (m.pair_logps(model, params, J(prompts), J(kl_completions), J(kl_mask)) - rl_kl).mean(), 0.0
+            )
+        )
 
         def grads(variant):
             def loss_fn(params):
                 lp = m.pair_logps(model, params, J(prompts), J(completions), J(mask))
-                lp_kl = m.pair_logps(model, params, J(prompts), J(kl_completions), J(kl_mask))  # with gradient
+                lp_kl = m.pair_logps(
+                    model, params, J(prompts), J(kl_completions), J(kl_mask)
+                )  # with gradient
                 if variant == "script":
                     return m.kto_loss(lp, rl, lp_kl, rl_kl, J(desirable), beta, lam_d, lam_u)[0]
                 z = z_value if variant == "constant" else jnp.maximum((lp_kl - rl_kl).mean(), 0.0)
                 return formula(lp - rl, z, J(desirable), jax.nn.sigmoid)
+
             g = jax.grad(loss_fn)(params)
             return z_value, np.concatenate([np.asarray(x).ravel() for x in jax.tree_util.tree_leaves(g)])
 
@@ -206,9 +222,15 @@ def test_z_detached_gradient_equals_constant_reference_point(script, tmp_path):
 def test_bad_input_is_refused(script, tmp_path):
     m = load_script(script)
     runs = str(tmp_path / "runs")
-    for field, value in [("samples_per_prompt", 0), ("label_noise", 0.5), ("beta", 0.0),
-                         ("desirable_weight", 0.0), ("undesirable_weight", -1.0), ("batch_size", 1),
-                         ("num_prompts", 1)]:
+    for field, value in [
+        ("samples_per_prompt", 0),
+        ("label_noise", 0.5),
+        ("beta", 0.0),
+        ("desirable_weight", 0.0),
+        ("undesirable_weight", -1.0),
+        ("batch_size", 1),
+        ("num_prompts", 1),
+    ]:
         overrides = {field: value} | ({"samples_per_prompt": 1} if field == "num_prompts" else {})
         with pytest.raises(ValueError, match=field):
             m.train(m.Args(**overrides, log_dir=runs, progress=False))
@@ -226,8 +248,20 @@ def test_train_returns_the_llm_summary_keys(script, tmp_path):
     """The keys the LLM comparison table reads (docs/algorithms/llm.md), on the smoke budget."""
     m = load_script(script)
     out = m.train(m.Args(**m.SMOKE_ARGS, log_dir=str(tmp_path), progress=False))
-    for k in ("accuracy_curve", "accuracy_gain_curve", "initial_test_accuracy", "test_accuracy", "accuracy_gain",
-              "kl_to_ref", "sps", "wall_time", "global_step", "run_dir", "losses", "weight_ratio"):
+    for k in (
+        "accuracy_curve",
+        "accuracy_gain_curve",
+        "initial_test_accuracy",
+        "test_accuracy",
+        "accuracy_gain",
+        "kl_to_ref",
+        "sps",
+        "wall_time",
+        "global_step",
+        "run_dir",
+        "losses",
+        "weight_ratio",
+    ):
         assert k in out, k
     assert out["accuracy_gain"] == pytest.approx(out["test_accuracy"] - out["initial_test_accuracy"])
     assert out["accuracy_curve"][-1][0] == out["global_step"] == 8  # 32 prompts x 2 samples / batch 8

@@ -1,9 +1,11 @@
 """Tier 1 for MaxEnt IRL: the MaxEnt IRL worked problem (docs/worked_problems.md), soft value iteration and the
 forward pass on a two-state MDP solved by hand, in both twins; the gradient; the gridworld; bad input."""
+
 import math
 
 import numpy as np
 import pytest
+
 from helpers import conv, load_script
 
 TWINS = ["algos/maxent_irl_torch.py", "algos/maxent_irl_jax.py"]
@@ -42,7 +44,7 @@ def test_two_state_soft_backup_contracts_by_gamma(script):
     for k in range(1, 12):
         _, V, _ = m.soft_value_iteration(c(r), c(P), 0.5, k - 1)  # k backups in all
         err = np.abs(np.asarray(V) - [LN9, LN36]).max()
-        assert err <= 0.5 ** k * LN36 + 1e-6, (k, err)
+        assert err <= 0.5**k * LN36 + 1e-6, (k, err)
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -105,9 +107,11 @@ def test_visitation_sums_to_discounted_horizon(script, gamma, horizon):
     P, r, F, start = m.make_gridworld("puddle7x7", 0.1, "onehot")
     _, _, pi = m.soft_value_iteration(c(r), c(P), 0.9, 150)
     uniform = c(np.full((49, 5), 0.2))
-    expected = horizon if gamma == 1.0 else (1 - gamma ** horizon) / (1 - gamma)
+    expected = horizon if gamma == 1.0 else (1 - gamma**horizon) / (1 - gamma)
     for policy in (pi, uniform):
-        assert float(m.state_visitation(policy, c(P), c(start), gamma, horizon).sum()) == pytest.approx(expected, rel=1e-5)
+        assert float(m.state_visitation(policy, c(P), c(start), gamma, horizon).sum()) == pytest.approx(
+            expected, rel=1e-5
+        )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -126,7 +130,9 @@ def test_reward_shift_leaves_the_soft_policy_unchanged(script):
 def test_policy_match_counts_ties_and_masks(script):
     m, c = load_script(script), conv(script)
     Q_expert = c([[1.0, 1.0, 0.0], [0.0, 2.0, 1.0], [3.0, 0.0, 0.0]])  # state 0: actions 0 and 1 tie
-    Q_learner = c([[0.0, 5.0, 0.0], [0.0, 0.0, 1.0], [9.0, 0.0, 0.0]])  # greedy 1 (tied: ok), 2 (wrong), 0 (ok)
+    Q_learner = c(
+        [[0.0, 5.0, 0.0], [0.0, 0.0, 1.0], [9.0, 0.0, 0.0]]
+    )  # greedy 1 (tied: ok), 2 (wrong), 0 (ok)
     assert float(m.policy_match(Q_learner, Q_expert, 1e-4, c([1, 1, 1]))) == pytest.approx(2 / 3)
     assert float(m.policy_match(Q_learner, Q_expert, 1e-4, c([1, 0, 1]))) == 1.0
     assert float(m.policy_match(Q_learner, Q_expert, 1e-4, c([0, 1, 0]))) == 0.0
@@ -158,15 +164,18 @@ def test_sample_episodes_follow_a_deterministic_policy_without_slip():
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("override,match", [
-    ({"grid": "maze9x9"}, "puddle7x7, open5x5"),
-    ({"features": "pixels"}, "cell_type, onehot"),
-    ({"horizon": 0}, "horizon"),
-    ({"num_demos": 0}, "demonstration"),
-    ({"gamma": 1.0}, "gamma"),
-    ({"slip": 1.5}, "slip"),
-    ({"total_steps": 0}, "total_steps"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ({"grid": "maze9x9"}, "puddle7x7, open5x5"),
+        ({"features": "pixels"}, "cell_type, onehot"),
+        ({"horizon": 0}, "horizon"),
+        ({"num_demos": 0}, "demonstration"),
+        ({"gamma": 1.0}, "gamma"),
+        ({"slip": 1.5}, "slip"),
+        ({"total_steps": 0}, "total_steps"),
+    ],
+)
 def test_bad_input_is_refused_before_any_run_directory(script, override, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

@@ -3,18 +3,24 @@ in both twins through the scripts' own functions: the rollout-length schedule an
 on hand numbers, the Gaussian NLL and the log-variance bounds by hand, a branched rollout from given
 start states through a known stub model (shapes, the member picked per step, no termination on
 Pendulum), ensemble members that disagree more off the data than on it (1-D regression), bad input."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, is_torch
+
+from helpers import is_torch, load_script
 
 TWINS = ["algos/mbpo_torch.py", "algos/mbpo_jax.py"]
 
 
 def conv(script):
-    return (lambda x: torch.as_tensor(np.asarray(x))) if is_torch(script) else (lambda x: jnp.asarray(np.asarray(x)))
+    return (
+        (lambda x: torch.as_tensor(np.asarray(x)))
+        if is_torch(script)
+        else (lambda x: jnp.asarray(np.asarray(x)))
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -34,8 +40,8 @@ def test_real_model_split_counts(script):
     m = load_script(script)
     assert m.real_model_split(256, 0.05) == (12, 244)  # int(12.8) = 12 real, 256 - 12 model
     assert m.real_model_split(256, 0.5) == (128, 128)
-    assert m.real_model_split(100, 0.0) == (0, 100)     # model only
-    assert m.real_model_split(100, 1.0) == (100, 0)     # plain SAC on real data
+    assert m.real_model_split(100, 0.0) == (0, 100)  # model only
+    assert m.real_model_split(100, 1.0) == (100, 0)  # plain SAC on real data
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -49,7 +55,9 @@ def test_gaussian_nll_by_hand(script):
     mean = c(np.array([[[0.0], [1.0]], [[2.0], [0.0]]], np.float32))
     log_var = c(np.array([[[0.0], [np.log(4.0)]], [[0.0], [-np.log(2.0)]]], np.float32))
     target = c(np.array([[[1.0], [3.0]], [[2.0], [0.0]]], np.float32))
-    np.testing.assert_allclose(np.asarray(m.gaussian_nll(mean, log_var, target)), [0.846574, -0.173287], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(m.gaussian_nll(mean, log_var, target)), [0.846574, -0.173287], atol=1e-6
+    )
     # the training loss: the sum over members plus 0.01 (sum max - sum min) = 0.673287 + 0.01 (0.5 + 10)
     loss = m.model_loss(mean, log_var, target, c(np.float32([0.5])), c(np.float32([-10.0])))
     np.testing.assert_allclose(float(loss), 0.673287 + 0.105, atol=1e-6)
@@ -62,7 +70,9 @@ def test_log_variance_bounds(script):
     0.5 + softplus(-10.5) = 0.5 + 2.8e-5, raw -100 gives -10 + softplus(-110) = -10 + 1e-48."""
     m = load_script(script)
     c = conv(script)
-    lv = np.asarray(m.bound_log_var(c(np.float32([0.0, 100.0, -100.0])), c(np.float32(0.5)), c(np.float32(-10.0))))
+    lv = np.asarray(
+        m.bound_log_var(c(np.float32([0.0, 100.0, -100.0])), c(np.float32(0.5)), c(np.float32(-10.0)))
+    )
     np.testing.assert_allclose(lv[0], -0.474004, atol=1e-5)
     np.testing.assert_allclose(lv[1:], [0.5 + 2.75e-5, -10.0], atol=2e-6)
 
@@ -94,14 +104,21 @@ def test_branched_rollout_through_a_stub_model(script):
     policy_fn = lambda obs, noise: noise
     members = np.array([[0, 2], [1, 1], [2, 0]])
     action_noise = np.arange(T * N * A, dtype=np.float32).reshape(T, N, A)
-    out = m.model_rollout(model_fn, policy_fn, c(np.zeros((N, D), np.float32)), c(members),
-                          c(np.ones((T, N, D + 1), np.float32)), c(action_noise), m.TERMINATION_FNS["Pendulum-v1"])
+    out = m.model_rollout(
+        model_fn,
+        policy_fn,
+        c(np.zeros((N, D), np.float32)),
+        c(members),
+        c(np.ones((T, N, D + 1), np.float32)),
+        c(action_noise),
+        m.TERMINATION_FNS["Pendulum-v1"],
+    )
     out = {k: np.asarray(v) for k, v in out.items()}
     assert out["obs"].shape == (T, N, D) and out["next_obs"].shape == (T, N, D)
     assert out["actions"].shape == (T, N, A) and out["rewards"].shape == (T, N)
-    np.testing.assert_allclose(out["rewards"], -(members + 1), atol=1e-5)   # the member picked per step
+    np.testing.assert_allclose(out["rewards"], -(members + 1), atol=1e-5)  # the member picked per step
     np.testing.assert_allclose(out["next_obs"][:, :, 0], np.cumsum(members + 1, 0), atol=1e-5)
-    np.testing.assert_allclose(out["obs"][1:], out["next_obs"][:-1])         # chained from the start states
+    np.testing.assert_allclose(out["obs"][1:], out["next_obs"][:-1])  # chained from the start states
     np.testing.assert_allclose(out["obs"][0], 0.0)
     np.testing.assert_allclose(out["actions"], action_noise)
     assert not out["terminated"].any() and out["valid"].all()
@@ -114,11 +131,20 @@ def test_termination_stops_a_rollout(script):
     m = load_script(script)
     c = conv(script)
     fw = torch if is_torch(script) else jnp
-    model_fn = lambda obs, actions: (c(np.float32([[[1, 0, 0, 0], [3, 0, 0, 0]]])) * fw.ones((1, 2, 1)),
-                                     fw.full((1, 2, 4), float(np.log(1e-12))))
+    model_fn = lambda obs, actions: (
+        c(np.float32([[[1, 0, 0, 0], [3, 0, 0, 0]]])) * fw.ones((1, 2, 1)),
+        fw.full((1, 2, 4), float(np.log(1e-12))),
+    )
     term = lambda obs, actions, next_obs: next_obs[:, 0] > 2.5
-    out = m.model_rollout(model_fn, lambda o, n: n, c(np.zeros((2, 3), np.float32)), c(np.zeros((4, 2), np.int64)),
-                          c(np.zeros((4, 2, 4), np.float32)), c(np.zeros((4, 2, 1), np.float32)), term)
+    out = m.model_rollout(
+        model_fn,
+        lambda o, n: n,
+        c(np.zeros((2, 3), np.float32)),
+        c(np.zeros((4, 2), np.int64)),
+        c(np.zeros((4, 2, 4), np.float32)),
+        c(np.zeros((4, 2, 1), np.float32)),
+        term,
+    )
     np.testing.assert_array_equal(np.asarray(out["valid"]), [[1, 1], [1, 0], [1, 0], [0, 0]])
     np.testing.assert_array_equal(np.asarray(out["terminated"])[:, 0], [0, 0, 1, 1])
 
@@ -140,13 +166,16 @@ def fit_1d_ensemble(script, steps=600):
         opt = torch.optim.Adam(model.parameters(), lr=3e-3)
         for i in range(steps):
             mean, log_var = model(torch.as_tensor(x[idx[i]]))
-            loss = m.model_loss(mean, log_var, torch.as_tensor(y[idx[i]]), model.max_log_var, model.min_log_var)
+            loss = m.model_loss(
+                mean, log_var, torch.as_tensor(y[idx[i]]), model.max_log_var, model.min_log_var
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
         with torch.no_grad():
             return model(torch.as_tensor(grid))[0].numpy()[..., 0], grid[:, 0]
     import optax
+
     model = m.DynamicsEnsemble(E, 1, 1, 32, 2)
     params = model.init(jax.random.PRNGKey(0))
     mu, sd = m.fit_normaliser(jnp.asarray(x))
@@ -159,9 +188,11 @@ def fit_1d_ensemble(script, steps=600):
         def loss_fn(p):
             mean, log_var = model.apply(p, norm, xb)
             return m.model_loss(mean, log_var, yb, p["max_log_var"], p["min_log_var"])
+
         grads = jax.grad(loss_fn)(params)
         updates, opt_state = opt.update(grads, opt_state)
         return optax.apply_updates(params, updates), opt_state
+
     for i in range(steps):
         params, opt_state = step(params, opt_state, x[idx[i]], y[idx[i]])
     return np.asarray(model.apply(params, norm, grid)[0])[..., 0], grid[:, 0]
@@ -180,14 +211,17 @@ def test_members_disagree_more_off_the_data(script):
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("override, match", [
-    (dict(ensemble_size=0), "ensemble_size = 0"),
-    (dict(rollout_min_length=0), "at least 1 step"),
-    (dict(rollout_max_length=0), "at least 1 step"),
-    (dict(num_elites=8), "num_elites"),
-    (dict(real_ratio=1.5), "real_ratio"),
-    (dict(env_id="MountainCarContinuous-v0"), "TERMINATION_FNS"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        (dict(ensemble_size=0), "ensemble_size = 0"),
+        (dict(rollout_min_length=0), "at least 1 step"),
+        (dict(rollout_max_length=0), "at least 1 step"),
+        (dict(num_elites=8), "num_elites"),
+        (dict(real_ratio=1.5), "real_ratio"),
+        (dict(env_id="MountainCarContinuous-v0"), "TERMINATION_FNS"),
+    ],
+)
 def test_bad_input_is_refused_before_any_run(script, override, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

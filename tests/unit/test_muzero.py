@@ -4,12 +4,14 @@ n-step targets across a termination and a truncation, PUCT scores, the min-max n
 visit-count temperature, the observation scaling (the true last observation scaled too) -- an MCTS
 with a perfect model of a depth-2 tree that must see past an immediate-reward bait, and bad input;
 every check in both twins, through the scripts' own functions."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, is_torch, run_train
+
+from helpers import is_torch, load_script, run_train
 
 TWINS = ["algos/muzero_torch.py", "algos/muzero_jax.py"]
 
@@ -27,7 +29,9 @@ def test_h_by_hand_and_round_trip(script):
     m, c = load_script(script), conv(script)
     # h(3) = (sqrt(4) - 1) + 0.001 * 3 = 1.003; h(-8) = -(sqrt(9) - 1) - 0.008 = -2.008; h(0) = 0
     np.testing.assert_allclose(np.asarray(m.h(c([3.0, -8.0, 0.0]))), [1.003, -2.008, 0.0], atol=1e-6)
-    np.testing.assert_allclose(np.asarray(m.h_inv(c([1.003, -2.008, 0.0]))), [3.0, -8.0, 0.0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(m.h_inv(c([1.003, -2.008, 0.0]))), [3.0, -8.0, 0.0], rtol=1e-5, atol=1e-5
+    )
     x = np.concatenate([-np.logspace(-3, 3, 50), [0.0], np.logspace(-3, 3, 50)])
     np.testing.assert_allclose(np.asarray(m.h_inv(m.h(c(x)))), x, rtol=1e-5, atol=1e-5)
 
@@ -97,7 +101,9 @@ def test_visit_policy_temperature_by_hand(script):
     m, c = load_script(script), conv(script)
     # counts (3, 1): T = 1 -> (3/4, 1/4); T = 0.5 -> (9, 1)/10; T = 0.25 -> (81, 1)/82
     for temperature, expected in [(1.0, [0.75, 0.25]), (0.5, [0.9, 0.1]), (0.25, [81 / 82, 1 / 82])]:
-        np.testing.assert_allclose(np.asarray(m.visit_policy(c([[3.0, 1.0]]), temperature)), [expected], atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(m.visit_policy(c([[3.0, 1.0]]), temperature)), [expected], atol=1e-6
+        )
     assert [m.temperature_schedule(p) for p in (0.0, 0.6, 0.9)] == [1.0, 0.5, 0.25]
 
 
@@ -114,15 +120,26 @@ REWARD = np.array([[0, 1], [5, 0], [0, 0], [0, 0], [0, 0], [0, 0], [0, 0], [0, 0
 def perfect_model(script):
     """recurrent_fn(latent, action) of the known tree; the latent is the one-hot state."""
     if is_torch(script):
+
         def recurrent_fn(latent, action):
             state = latent.argmax(-1)
-            return (REWARD[state, action], np.zeros(len(state), np.float32), np.zeros((len(state), 2), np.float32),
-                    np.eye(8, dtype=np.float32)[NEXT[state, action]])
+            return (
+                REWARD[state, action],
+                np.zeros(len(state), np.float32),
+                np.zeros((len(state), 2), np.float32),
+                np.eye(8, dtype=np.float32)[NEXT[state, action]],
+            )
     else:
+
         def recurrent_fn(latent, action):
             state = latent.argmax(-1)
-            return (jnp.asarray(REWARD)[state, action], jnp.zeros(state.shape), jnp.zeros(state.shape + (2,)),
-                    jax.nn.one_hot(jnp.asarray(NEXT)[state, action], 8))
+            return (
+                jnp.asarray(REWARD)[state, action],
+                jnp.zeros(state.shape),
+                jnp.zeros(state.shape + (2,)),
+                jax.nn.one_hot(jnp.asarray(NEXT)[state, action], 8),
+            )
+
     return recurrent_fn
 
 
@@ -132,16 +149,28 @@ def test_mcts_with_a_perfect_model_sees_past_the_bait(script):
     root = np.eye(8, dtype=np.float32)[[0, 0]]  # two identical trees: the batch dimension works
     logits, value = np.zeros((2, 2), np.float32), np.zeros(2, np.float32)
     if is_torch(script):
-        visits, root_value = m.run_mcts(perfect_model(script), root, logits, value, 50, 1.0, 1.25, 19652.0, 0.01)
+        visits, root_value = m.run_mcts(
+            perfect_model(script), root, logits, value, 50, 1.0, 1.25, 19652.0, 0.01
+        )
     else:
-        visits, root_value = m.run_mcts(perfect_model(script), jnp.asarray(root), jnp.asarray(logits),
-                                        jnp.asarray(value), 50, 1.0, 1.25, 19652.0, 0.01, jax.random.PRNGKey(0))
+        visits, root_value = m.run_mcts(
+            perfect_model(script),
+            jnp.asarray(root),
+            jnp.asarray(logits),
+            jnp.asarray(value),
+            50,
+            1.0,
+            1.25,
+            19652.0,
+            0.01,
+            jax.random.PRNGKey(0),
+        )
     # 50 simulations: action 0 gets the first (a tie), the bait the next 13 (Q = 1 against 0 until the
     # search looks below action 0 and finds its 5), action 0 every later one. Both twins (our MCTS, mctx with min_max_qtransform) give
     # exactly (37, 13) and the root value 3.490196 (a running mean of every backup, the root's 0 included).
     visits = np.asarray(visits)
     np.testing.assert_array_equal(visits, [[37, 13], [37, 13]])
-    assert (visits.argmax(-1) == 0).all()   # action 0: return 5, not the bait's 1
+    assert (visits.argmax(-1) == 0).all()  # action 0: return 5, not the bait's 1
     np.testing.assert_allclose(np.asarray(root_value), [3.490196, 3.490196], atol=1e-5)
 
 
@@ -157,8 +186,9 @@ def test_obs_scaling_by_hand(script):
     np.testing.assert_allclose(half_width, [4.8, 1.0, 0.41887903, 1.0], rtol=1e-7)
     # asymmetric, one-sided and degenerate bounds: [0, 10] -> centre 5, half-width 5 (7.5 maps to 0.5);
     # [2, inf), (-inf, 3] and [1, 1] pass unchanged (no division by a zero width)
-    centre, half_width = m.obs_scaling(np.array([0.0, 2.0, -inf, 1.0], np.float32),
-                                       np.array([10.0, inf, 3.0, 1.0], np.float32))
+    centre, half_width = m.obs_scaling(
+        np.array([0.0, 2.0, -inf, 1.0], np.float32), np.array([10.0, inf, 3.0, 1.0], np.float32)
+    )
     np.testing.assert_array_equal(centre, [5.0, 0.0, 0.0, 0.0])
     np.testing.assert_array_equal(half_width, [5.0, 1.0, 1.0, 1.0])
     np.testing.assert_allclose((np.array([7.5, 4.0, -2.0, 1.0]) - centre) / half_width, [0.5, 4.0, -2.0, 1.0])
@@ -182,7 +212,9 @@ def test_scaled_envs_scale_every_observation_and_the_final_one(script):
         raw, _, terminated, _, raw_info = raw_envs.step(actions)
         scaled, _, _, _, scaled_info = scaled_envs.step(actions)
         for i in np.flatnonzero(terminated):
-            np.testing.assert_allclose(scaled_info["final_obs"][i], raw_info["final_obs"][i] / half_width, rtol=1e-6)
+            np.testing.assert_allclose(
+                scaled_info["final_obs"][i], raw_info["final_obs"][i] / half_width, rtol=1e-6
+            )
             assert max(abs(scaled_info["final_obs"][i][0]), abs(scaled_info["final_obs"][i][2])) > 0.5
             finals += 1
     assert finals >= 3  # random play ends several episodes in 60 steps
@@ -192,12 +224,15 @@ def test_scaled_envs_scale_every_observation_and_the_final_one(script):
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("override, match", [
-    (dict(env_id="Pendulum-v1"), "pets"),
-    (dict(num_simulations=0), "num_simulations"),
-    (dict(unroll_steps=0), "unroll_steps"),
-    (dict(td_steps=0), "td_steps"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        (dict(env_id="Pendulum-v1"), "pets"),
+        (dict(num_simulations=0), "num_simulations"),
+        (dict(unroll_steps=0), "unroll_steps"),
+        (dict(td_steps=0), "td_steps"),
+    ],
+)
 def test_bad_input_stops_before_any_work(script, override, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         run_train(script, tmp_path, **override)
@@ -220,16 +255,22 @@ def test_true_q_probe_replays_the_greedy_episode(tmp_path):
     for row in r["rows"]:
         a, remaining = row["greedy"], r["length"] - row["step"]
         assert row["true_steps"][a] == remaining
-        expected = (1 - gamma ** remaining) / (1 - gamma) + (0.0 if r["terminated"] else gamma ** remaining * r["last_value"])
+        expected = (1 - gamma**remaining) / (1 - gamma) + (
+            0.0 if r["terminated"] else gamma**remaining * r["last_value"]
+        )
         np.testing.assert_allclose(row["true_q"][a], expected, rtol=1e-9)
     with pytest.raises(FileNotFoundError, match="--save-model"):
         muzero_true_q.probe(str(tmp_path / "missing"))
     # a model of other sizes is refused before any episode is played (from_bytes alone would load it)
     import flax
+
     other = tmp_path / "other_sizes"
     other.mkdir()
     small = m.MuZeroNet(2, 32, m.Args().latent_size, m.Args().support_size)
-    (other / "model.msgpack").write_bytes(flax.serialization.to_bytes(
-        small.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)), jnp.zeros(1, jnp.int32))))
+    (other / "model.msgpack").write_bytes(
+        flax.serialization.to_bytes(
+            small.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)), jnp.zeros(1, jnp.int32))
+        )
+    )
     with pytest.raises(ValueError, match="default network"):
         muzero_true_q.probe(str(other))

@@ -1,5 +1,6 @@
 """algos/offline_data.py: the D4RL-layout datasets line up, the experts are experts, the stitch
 dataset has exactly the legs it claims, and a corrupt cache file is rebuilt, never used."""
+
 import sys
 import warnings
 
@@ -22,7 +23,9 @@ def test_fields_line_up(name):
     assert bounds[0][0] == 0 and bounds[-1][1] == n
     for start, end in bounds:
         # inside a trajectory, s' of step t is s of step t+1; only the last step may end it
-        np.testing.assert_array_equal(data["next_observations"][start:end - 1], data["observations"][start + 1:end])
+        np.testing.assert_array_equal(
+            data["next_observations"][start : end - 1], data["observations"][start + 1 : end]
+        )
         ends = data["terminals"][start:end] + data["timeouts"][start:end]
         assert ends[:-1].sum() == 0 and ends[-1] == 1
         assert not (data["terminals"][end - 1] and data["timeouts"][end - 1])
@@ -38,7 +41,9 @@ def test_termination_and_timeouts_follow_the_environment():
     assert all(end - start == 200 for start, end in offline_data.episode_bounds(pendulum))
     expert = offline_data.load_dataset("cartpole-expert")
     # the expert never drops the pole: all its CartPole trajectories end at the 500-step limit
-    assert expert["terminals"].sum() == 0 and expert["timeouts"].sum() == len(offline_data.episode_bounds(expert))
+    assert expert["terminals"].sum() == 0 and expert["timeouts"].sum() == len(
+        offline_data.episode_bounds(expert)
+    )
     random = offline_data.load_dataset("cartpole-random")
     # random play drops the pole: terminations, with next_observations the true last state
     assert random["terminals"].sum() > 100
@@ -52,8 +57,14 @@ def test_experts_and_reference_returns():
     pendulum = offline_data.dataset_info("pendulum-expert")
     assert pendulum["ref_max_return"] > -200 and pendulum["ref_min_return"] < -1000
     # the datasets sit where their names say, on the normalised scale
-    scores = {name: float(offline_data.normalized_score(name, offline_data.episode_returns(
-        offline_data.load_dataset(name)).mean())) for name in offline_data.DATASETS}
+    scores = {
+        name: float(
+            offline_data.normalized_score(
+                name, offline_data.episode_returns(offline_data.load_dataset(name)).mean()
+            )
+        )
+        for name in offline_data.DATASETS
+    }
     assert abs(scores["pendulum-random"]) < 5 and abs(scores["cartpole-random"]) < 5
     assert scores["pendulum-expert"] > 95 and scores["cartpole-expert"] > 99
     assert 25 < scores["pendulum-medium"] < 75 and 20 < scores["cartpole-medium"] < 75
@@ -85,8 +96,10 @@ def test_learner_policies_are_coherent_and_improve():
 
 def test_medium_expert_alternates_the_two_behaviours():
     mixed = offline_data.load_dataset("pendulum-medium-expert")
-    medium, expert = (offline_data.episode_returns(offline_data.load_dataset(f"pendulum-{kind}"))
-                      for kind in ("medium", "expert"))
+    medium, expert = (
+        offline_data.episode_returns(offline_data.load_dataset(f"pendulum-{kind}"))
+        for kind in ("medium", "expert")
+    )
     returns = offline_data.episode_returns(mixed)
     assert len(returns) == 200 and len(mixed["rewards"]) == 40_000  # 100 episodes of each, 200 steps each
     # even episodes act as "medium" (60% random actions), odd ones as the expert: on average the odd
@@ -109,7 +122,9 @@ def test_stitch_dataset_needs_stitching():
     starts = np.array([data["observations"][s] for s, _ in bounds])
     from_start = np.linalg.norm(starts - offline_data.STITCH_START, axis=1) < 0.1
     from_waypoint = np.linalg.norm(starts - offline_data.STITCH_WAYPOINT, axis=1) < 0.15
-    assert from_start.sum() == 2 * offline_data.STITCH_LEGS and from_waypoint.sum() == offline_data.STITCH_LEGS
+    assert (
+        from_start.sum() == 2 * offline_data.STITCH_LEGS and from_waypoint.sum() == offline_data.STITCH_LEGS
+    )
     # from the start the data's best return is the decoy's 0.5; only the waypoint legs reach the goal
     assert set(np.round(returns[from_start], 3)) == {0.0, 0.5}
     np.testing.assert_array_equal(returns[from_waypoint], 1.0)
@@ -117,7 +132,9 @@ def test_stitch_dataset_needs_stitching():
     ends = np.array([e - 1 for _, e in bounds])
     leg_a = from_start & (returns == 0.0)
     assert np.all(data["timeouts"][ends[leg_a]] == 1) and np.all(data["terminals"][ends[leg_a]] == 0)
-    assert np.all(np.linalg.norm(data["next_observations"][ends[leg_a]] - offline_data.STITCH_WAYPOINT, axis=1) < 0.1)
+    assert np.all(
+        np.linalg.norm(data["next_observations"][ends[leg_a]] - offline_data.STITCH_WAYPOINT, axis=1) < 0.1
+    )
     info = offline_data.dataset_info("pointmaze-stitch")
     assert info["ref_max_return"] == 1.0 and info["ref_min_return"] < 0.1
 

@@ -1,6 +1,7 @@
 """Tier 1 for ORPO: the worked problem (docs/algorithms/orpo.md) in both twins: log_odds and orpo_loss on
 hand numbers at two lambdas, the stable log-odds against the naive log P - log(1 - P), the gradient of
 the odds-ratio term in the paper's form, masking after <eos>, and the bad-input checks."""
+
 import math
 
 import jax
@@ -8,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TWINS = ["llm/orpo_torch.py", "llm/orpo_jax.py"]
@@ -69,7 +71,7 @@ def test_log_odds_on_hand_numbers(script):
 def test_worked_problem(script, lam, want):
     loss, nll, or_loss, ratio = run_loss(script, CHOSEN, REJECTED, CHOSEN_LEN, REJECTED_LEN, lam)
     np.testing.assert_allclose(ratio, LOG_ODDS_RATIO, atol=1e-5)
-    assert float(nll) == pytest.approx(NLL, abs=1e-6)                     # 0.266667
+    assert float(nll) == pytest.approx(NLL, abs=1e-6)  # 0.266667
     l_or = (-math.log(sigmoid(1.591550)) - math.log(sigmoid(1.075020))) / 2
     assert float(or_loss) == pytest.approx(l_or, abs=1e-5) and float(or_loss) == pytest.approx(L_OR, abs=1e-5)
     # lambda 0.1: 0.266667 + 0.1 x 0.239479 = 0.290615; lambda 1: 0.266667 + 0.239479 = 0.506146
@@ -97,16 +99,20 @@ def test_stable_log_odds_matches_naive_and_stays_finite_as_p_goes_to_1(script):
     assert np.all(np.isinf(naive32))
     got = run_log_odds(script, [-1e-6, -1e-9, -1e-20, 0.0])
     assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got, naive_log_odds(-1e-6), rtol=1e-4)   # 13.8155
+    np.testing.assert_allclose(got, naive_log_odds(-1e-6), rtol=1e-4)  # 13.8155
     # A pair whose chosen completion has P = 1 exactly gives a finite loss and finite gradients.
     m = load_script(script)
     if script.endswith("torch.py"):
         c = torch.tensor([0.0, -0.4], requires_grad=True)
-        loss = m.orpo_loss(c, torch.tensor(REJECTED), torch.tensor(CHOSEN_LEN), torch.tensor(REJECTED_LEN), 1.0)[0]
+        loss = m.orpo_loss(
+            c, torch.tensor(REJECTED), torch.tensor(CHOSEN_LEN), torch.tensor(REJECTED_LEN), 1.0
+        )[0]
         loss.backward()
         g = c.grad.numpy()
     else:
-        f = lambda c: m.orpo_loss(c, jnp.array(REJECTED), jnp.array(CHOSEN_LEN), jnp.array(REJECTED_LEN), 1.0)[0]
+        f = lambda c: m.orpo_loss(
+            c, jnp.array(REJECTED), jnp.array(CHOSEN_LEN), jnp.array(REJECTED_LEN), 1.0
+        )[0]
         loss, g = jax.value_and_grad(f)(jnp.array([0.0, -0.4]))
     assert np.isfinite(float(loss)) and np.all(np.isfinite(np.asarray(g)))
 
@@ -177,18 +183,24 @@ def test_padding_after_eos_does_not_change_the_loss(script, tmp_path):
         if script.endswith("torch.py"):
             policy, T = lm_t.load_checkpoint(tmp_path / "policy.npz"), torch.as_tensor
             with torch.no_grad():
-                lc, lr = m.pair_logps(policy, T(prompts), T(c), T(cm)), m.pair_logps(policy, T(prompts), T(r), T(rm))
+                lc, lr = (
+                    m.pair_logps(policy, T(prompts), T(c), T(cm)),
+                    m.pair_logps(policy, T(prompts), T(r), T(rm)),
+                )
                 out = m.orpo_loss(lc, lr, T(cm).sum(-1), T(rm).sum(-1), 0.5)
             return lc.numpy(), lr.numpy(), cm.sum(-1), rm.sum(-1), out[0].item()
         model, params = load_script("llm/tinylm_jax.py").load_checkpoint(tmp_path / "policy.npz")
         J = jnp.asarray
-        lc, lr = m.pair_logps(model, params, J(prompts), J(c), J(cm)), m.pair_logps(model, params, J(prompts), J(r), J(rm))
+        lc, lr = (
+            m.pair_logps(model, params, J(prompts), J(c), J(cm)),
+            m.pair_logps(model, params, J(prompts), J(r), J(rm)),
+        )
         out = m.orpo_loss(lc, lr, J(cm).sum(-1), J(rm).sum(-1), 0.5)
         return np.asarray(lc), np.asarray(lr), cm.sum(-1), rm.sum(-1), float(out[0])
 
     a, b = losses(chosen, rejected), losses(padded_c, padded_r)
-    np.testing.assert_array_equal(a[2], [2.0] * 8)          # chosen: one digit, then <eos>
-    np.testing.assert_array_equal(a[3], [3.0, 1.0] * 4)     # rejected: <eos> third / first
+    np.testing.assert_array_equal(a[2], [2.0] * 8)  # chosen: one digit, then <eos>
+    np.testing.assert_array_equal(a[3], [3.0, 1.0] * 4)  # rejected: <eos> third / first
     for x, y in zip(a[:4], b[:4]):
         np.testing.assert_allclose(x, y, atol=1e-6)
     assert a[4] == pytest.approx(b[4], abs=1e-6)
@@ -215,11 +227,25 @@ def test_train_returns_the_llm_summary_keys(script, tmp_path):
     """The keys the LLM comparison table reads (docs/algorithms/llm.md), on the smoke budget."""
     m = load_script(script)
     out = m.train(m.Args(**m.SMOKE_ARGS, log_dir=str(tmp_path), progress=False))
-    for k in ("accuracy_curve", "accuracy_gain_curve", "initial_test_accuracy", "test_accuracy", "accuracy_gain",
-              "kl_to_ref", "sps", "wall_time", "global_step", "run_dir", "losses", "margin_curve"):
+    for k in (
+        "accuracy_curve",
+        "accuracy_gain_curve",
+        "initial_test_accuracy",
+        "test_accuracy",
+        "accuracy_gain",
+        "kl_to_ref",
+        "sps",
+        "wall_time",
+        "global_step",
+        "run_dir",
+        "losses",
+        "margin_curve",
+    ):
         assert k in out, k
     assert out["accuracy_gain"] == pytest.approx(out["test_accuracy"] - out["initial_test_accuracy"])
     assert out["accuracy_curve"][-1][0] == out["global_step"] == len(out["margin_curve"]) > 0
     assert np.isfinite(out["kl_to_ref"])
     assert set(out["losses"]) == {"orpo_loss", "nll_loss", "or_loss", "log_odds_ratio"}
-    assert out["losses"]["orpo_loss"] == pytest.approx(out["losses"]["nll_loss"] + 0.1 * out["losses"]["or_loss"], abs=1e-5)
+    assert out["losses"]["orpo_loss"] == pytest.approx(
+        out["losses"]["nll_loss"] + 0.1 * out["losses"]["or_loss"], abs=1e-5
+    )

@@ -1,11 +1,11 @@
 """Tier 1 for prioritized replay: the sum tree (sums after updates, O(log N) depth, sampling in
 proportion to the priorities by a chi-square test), the importance weights against the formula,
 the weighted Huber loss by hand, and the bad-input checks."""
-import jax.numpy as jnp
+
 import numpy as np
 import pytest
-import torch
-from helpers import load_script, conv
+
+from helpers import conv, load_script
 
 TWINS = ["algos/per_dqn_torch.py", "algos/per_dqn_jax.py"]
 
@@ -18,11 +18,12 @@ def test_sum_tree_sums_and_updates(script):
     tree.update(np.arange(5), np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
     assert tree.total() == pytest.approx(15.0)
     np.testing.assert_allclose(tree.tree[2:4], [10.0, 5.0])  # the root's children
-    tree.update(np.array([1, 3]), np.array([0.5, 10.0]))      # overwrite two leaves
+    tree.update(np.array([1, 3]), np.array([0.5, 10.0]))  # overwrite two leaves
     assert tree.total() == pytest.approx(1 + 0.5 + 3 + 10 + 5)
     # find: cumulative sums 1, 1.5, 4.5, 14.5, 19.5 -> the leaf whose interval holds each value
-    np.testing.assert_array_equal(tree.find(np.array([0.0, 0.99, 1.0, 1.49, 1.5, 4.6, 14.5, 19.4])),
-                                  [0, 0, 1, 1, 2, 3, 4, 4])
+    np.testing.assert_array_equal(
+        tree.find(np.array([0.0, 0.99, 1.0, 1.49, 1.5, 4.6, 14.5, 19.4])), [0, 0, 1, 1, 2, 3, 4, 4]
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -56,7 +57,9 @@ def test_importance_weights_match_the_formula(script):
     np.testing.assert_allclose(w, raw / raw.max(), rtol=1e-6)
     assert w.max() == pytest.approx(1.0) and w.argmax() == 1  # the rarest sample weighs most
     # uniform sampling (P = 1/N) gives all-ones weights for any beta
-    np.testing.assert_allclose(np.asarray(m.importance_weights(conv(script)([0.02] * 4), n, 1.0)), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(m.importance_weights(conv(script)([0.02] * 4), n, 1.0)), 1.0, rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)

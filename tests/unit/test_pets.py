@@ -3,13 +3,15 @@
 quadratic, MPC with a known model driving a 1-D point mass to 0, the ensemble disagreeing more off
 the data than on it (1-D regression), and bad input; every check in both twins, through the
 scripts' own functions."""
+
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, is_torch
+
+from helpers import is_torch, load_script
 
 TWINS = ["algos/pets_torch.py", "algos/pets_jax.py"]
 
@@ -57,8 +59,13 @@ def test_pendulum_reward_equals_the_environments(script):
     env = gym.make("Pendulum-v1")
     env.reset(seed=0)
     rng = np.random.default_rng(0)
-    for th, thdot, u in [(0.0, 0.0, 0.0), (np.pi, 0.0, 2.0), (3.0, -7.5, -1.3), (-2.5, 4.0, 0.7),
-                         (7.0, 8.0, 3.0)] + [tuple(rng.uniform([-4, -8, -2.5], [4, 8, 2.5])) for _ in range(5)]:
+    for th, thdot, u in [
+        (0.0, 0.0, 0.0),
+        (np.pi, 0.0, 2.0),
+        (3.0, -7.5, -1.3),
+        (-2.5, 4.0, 0.7),
+        (7.0, 8.0, 3.0),
+    ] + [tuple(rng.uniform([-4, -8, -2.5], [4, 8, 2.5])) for _ in range(5)]:
         env.unwrapped.state = np.array([th, thdot])
         obs = env.unwrapped._get_obs()
         _, reward, _, _, _ = env.step(np.array([u], dtype=np.float32))
@@ -77,8 +84,9 @@ def test_cem_finds_the_optimum_of_a_known_quadratic(script):
     target = c([[0.5], [-0.3], [0.8]])
     noise = c(np.random.default_rng(0).normal(size=(5, 100, 3, 1)))
     objective = lambda samples, i: -((samples - target) ** 2).sum((1, 2))
-    mean = m.cem_optimize(objective, c(np.zeros((3, 1))), c(np.full((3, 1), 0.5)), c([-1.0]), c([1.0]),
-                          noise, 10, 0.1)
+    mean = m.cem_optimize(
+        objective, c(np.zeros((3, 1))), c(np.full((3, 1), 0.5)), c([-1.0]), c([1.0]), noise, 10, 0.1
+    )
     np.testing.assert_allclose(np.asarray(mean)[:, 0], [0.5, -0.3, 0.8], atol=0.05)
 
 
@@ -98,14 +106,16 @@ def test_mpc_with_a_known_model_drives_a_point_mass_to_zero(script):
             for t in range(samples.shape[1]):
                 vs = vs + 0.1 * samples[:, t, 0]
                 xs = xs + 0.1 * vs
-                total = total - (xs ** 2 + 0.1 * vs ** 2)
+                total = total - (xs**2 + 0.1 * vs**2)
             return total
+
         return objective
 
     for _ in range(80):
         noise = c(rng.normal(size=(4, 64, 10, 1)))
-        plan = m.cem_optimize(objective_from(x, v), mean, c(np.full((10, 1), 0.5)), c([-1.0]), c([1.0]),
-                              noise, 8, 0.1)
+        plan = m.cem_optimize(
+            objective_from(x, v), mean, c(np.full((10, 1), 0.5)), c([-1.0]), c([1.0]), noise, 8, 0.1
+        )
         u = float(np.asarray(plan)[0, 0])
         v = v + 0.1 * u
         x = x + 0.1 * v
@@ -122,7 +132,10 @@ def test_ensemble_disagrees_more_off_the_data_than_on_it(script):
     rng = np.random.default_rng(0)
     xs = rng.uniform(-1.0, 1.0, size=(200, 1)).astype(np.float32)
     ys = (np.sin(3.0 * xs) + 0.05 * rng.normal(size=xs.shape)).astype(np.float32)
-    on, off = np.linspace(-1, 1, 50, dtype=np.float32)[:, None], np.linspace(2.5, 3.5, 50, dtype=np.float32)[:, None]
+    on, off = (
+        np.linspace(-1, 1, 50, dtype=np.float32)[:, None],
+        np.linspace(2.5, 3.5, 50, dtype=np.float32)[:, None],
+    )
     if is_torch(script):
         torch.manual_seed(0)
         model = m.ProbabilisticEnsemble(5, 1, 1, 32)
@@ -140,8 +153,11 @@ def test_ensemble_disagrees_more_off_the_data_than_on_it(script):
         params, _, norm, _ = m.fit_ensemble(model, fit, params, optimizer.init(params), xs, ys, 1500, 32, rng)
 
         def member_means(x):
-            mean, _ = model.apply(params, jnp.broadcast_to((x - norm["in_mean"]) / norm["in_std"], (5,) + x.shape))
+            mean, _ = model.apply(
+                params, jnp.broadcast_to((x - norm["in_mean"]) / norm["in_std"], (5,) + x.shape)
+            )
             return np.asarray(norm["out_mean"] + norm["out_std"] * mean)[..., 0]
+
     fit_error = np.abs(member_means(on).mean(0) - np.sin(3.0 * on[:, 0])).mean()
     assert fit_error < 0.1, fit_error
     on_std, off_std = member_means(on).std(0).mean(), member_means(off).std(0).mean()
@@ -150,18 +166,22 @@ def test_ensemble_disagrees_more_off_the_data_than_on_it(script):
 
 def optax_adam(lr):
     import optax
+
     return optax.adam(lr)
 
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("overrides, match", [
-    (dict(ensemble_size=0), "ensemble_size = 0"),
-    (dict(horizon=0), "horizon = 0"),
-    (dict(num_elites=0), "num_elites"),
-    (dict(population=101), "not a multiple of ensemble_size"),
-    (dict(env_id="MountainCarContinuous-v0"), "known reward"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (dict(ensemble_size=0), "ensemble_size = 0"),
+        (dict(horizon=0), "horizon = 0"),
+        (dict(num_elites=0), "num_elites"),
+        (dict(population=101), "not a multiple of ensemble_size"),
+        (dict(env_id="MountainCarContinuous-v0"), "known reward"),
+    ],
+)
 def test_bad_input_is_refused_before_any_run_directory(script, overrides, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

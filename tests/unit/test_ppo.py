@@ -1,11 +1,14 @@
 """Tier 1 for PPO: worked problems 3, 7 and 8 (docs/worked_problems.md) in both twins, exact
 numbers; and the bad-input checks that must stop a run before any work."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, gae_on_column as gae
+
+from helpers import gae_on_column as gae
+from helpers import load_script
 
 TWINS = ["algos/ppo_torch.py", "algos/ppo_jax.py"]
 
@@ -112,7 +115,11 @@ def test_value_clip_caps_progress_towards_a_far_target(script):
             m.ppo_value_loss(x, torch.tensor([v_old]), torch.tensor([target]), 0.2).backward()
             g = x.grad.item()
         else:
-            g = float(jax.grad(lambda x: m.ppo_value_loss(x, jnp.array([v_old]), jnp.array([target]), 0.2))(jnp.array([v]))[0])
+            g = float(
+                jax.grad(lambda x: m.ppo_value_loss(x, jnp.array([v_old]), jnp.array([target]), 0.2))(
+                    jnp.array([v])
+                )[0]
+            )
         assert (g == 0.0) == expect_zero, (v, g)
         if not expect_zero:
             assert g == pytest.approx(v - target)  # d/dv of 0.5 (v - R)^2

@@ -1,12 +1,11 @@
 """Tier 1 for continuous-action PPO: the Gaussian log-prob and entropy and the running mean/std
 against hand-computed numbers in both twins; and the bad-input checks that must stop a run before
 any work."""
-import jax
-import jax.numpy as jnp
+
 import numpy as np
 import pytest
-import torch
-from helpers import load_script, conv
+
+from helpers import conv, load_script
 
 TWINS = ["algos/ppo_continuous_torch.py", "algos/ppo_continuous_jax.py"]
 LOG_2PI = np.log(2.0 * np.pi)
@@ -16,7 +15,9 @@ LOG_2PI = np.log(2.0 * np.pi)
 def test_gaussian_log_prob_by_hand(script):
     m, c = load_script(script), conv(script)
     # 1-D, mean 0, log_std 0 (sigma 1), a = 1: -0.5 * 1^2 - 0 - 0.5 log(2 pi)
-    assert float(m.gaussian_log_prob(c([[0.0]]), c([0.0]), c([[1.0]]))[0]) == pytest.approx(-1.4189385, abs=1e-6)
+    assert float(m.gaussian_log_prob(c([[0.0]]), c([0.0]), c([[1.0]]))[0]) == pytest.approx(
+        -1.4189385, abs=1e-6
+    )
     # 2-D, summed over the action axis: mean (1, -1), sigma (e, 1), a = (1 + e, -1):
     # dim 0: -0.5 * 1 - 1 - 0.5 log(2 pi); dim 1: 0 - 0 - 0.5 log(2 pi)
     expected = -0.5 - 1.0 - LOG_2PI

@@ -13,10 +13,11 @@ concatenated batch within 1e-5, in both twins.
   the loaded 2-core machine), and only rank 0 writes a run directory.
 The single-process runs of both scripts are the generic smoke test's (tests/smoke/test_smoke.py).
 """
+
 import json
 import os
-import socket
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -30,8 +31,17 @@ from helpers import ROOT, load_script
 
 TORCH, JAX = "algos/ppo_ddp_torch.py", "algos/ppo_ddp_jax.py"
 N, OBS_DIM, NUM_ACTIONS = 256, 4, 2  # the whole batch; each of the 2 workers holds 128
-UPDATE = dict(num_minibatches=4, update_epochs=2, norm_adv=True, clip_coef=0.2, clip_vloss=True,
-              ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, learning_rate=1e-3)
+UPDATE = dict(
+    num_minibatches=4,
+    update_epochs=2,
+    norm_adv=True,
+    clip_coef=0.2,
+    clip_vloss=True,
+    ent_coef=0.01,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+    learning_rate=1e-3,
+)
 
 
 def fixed_batch(n=N, seed=0):
@@ -39,9 +49,14 @@ def fixed_batch(n=N, seed=0):
     matters, log-probs of a 2-action policy, values and returns of CartPole's scale."""
     rng = np.random.default_rng(seed)
     f32 = lambda x: np.asarray(x, dtype=np.float32)
-    return {"obs": f32(rng.normal(size=(n, OBS_DIM))), "actions": rng.integers(0, NUM_ACTIONS, n),
-            "logps": f32(np.log(rng.uniform(0.3, 0.7, n))), "advantages": f32(2.0 * rng.normal(size=n) + 0.7),
-            "returns": f32(rng.normal(10.0, 3.0, n)), "values": f32(rng.normal(10.0, 3.0, n))}
+    return {
+        "obs": f32(rng.normal(size=(n, OBS_DIM))),
+        "actions": rng.integers(0, NUM_ACTIONS, n),
+        "logps": f32(np.log(rng.uniform(0.3, 0.7, n))),
+        "advantages": f32(2.0 * rng.normal(size=n) + 0.7),
+        "returns": f32(rng.normal(10.0, 3.0, n)),
+        "values": f32(rng.normal(10.0, 3.0, n)),
+    }
 
 
 def free_port():
@@ -80,8 +95,13 @@ def torch_one_process(m, batch, args, num_shards):
     torch.manual_seed(0)
     agent = m.Agent(OBS_DIM, NUM_ACTIONS)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-    minibatches = m.draw_minibatches(torch.Generator().manual_seed(7), len(batch["obs"]),
-                                     args.num_minibatches, args.update_epochs, num_shards=num_shards)
+    minibatches = m.draw_minibatches(
+        torch.Generator().manual_seed(7),
+        len(batch["obs"]),
+        args.num_minibatches,
+        args.update_epochs,
+        num_shards=num_shards,
+    )
     m.ppo_update(agent, optimizer, {k: torch.as_tensor(v) for k, v in batch.items()}, minibatches, args)
     return {k: v.detach().numpy() for k, v in agent.state_dict().items()}
 
@@ -90,16 +110,37 @@ def test_torch_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tm
     m = load_script(TORCH)
     batch = fixed_batch()
     np.savez(tmp_path / "batch.npz", **batch)
-    code = TORCH_WORKER.format(tests=str(ROOT / "tests"), script=TORCH, batch=str(tmp_path / "batch.npz"),
-                               update=UPDATE, obs_dim=OBS_DIM, num_actions=NUM_ACTIONS,
-                               out=str(tmp_path / "rank{}.npz"))
+    code = TORCH_WORKER.format(
+        tests=str(ROOT / "tests"),
+        script=TORCH,
+        batch=str(tmp_path / "batch.npz"),
+        update=UPDATE,
+        obs_dim=OBS_DIM,
+        num_actions=NUM_ACTIONS,
+        out=str(tmp_path / "rank{}.npz"),
+    )
     port = free_port()
     procs = []
     for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     for p in procs:
         out, _ = p.communicate(timeout=180)
         assert p.returncode == 0, out
@@ -123,14 +164,17 @@ def test_torch_draw_minibatches_takes_the_same_positions_of_every_shard():
     for mb, mb2 in zip(per_rank, joined):
         assert mb.tolist() + (mb + 8).tolist() == mb2.tolist()
     for epoch in (0, 1):  # each epoch's minibatches cover the shard once
-        assert sorted(torch.cat(per_rank[2 * epoch:2 * epoch + 2]).tolist()) == list(range(8))
+        assert sorted(torch.cat(per_rank[2 * epoch : 2 * epoch + 2]).tolist()) == list(range(8))
 
 
 def test_torch_normalize_advantages_without_a_process_group_is_the_minibatch_normalisation():
     m = load_script(TORCH)
     adv = torch.tensor([1.0, 2.0, 3.0, 6.0])  # mean 3, unbiased std sqrt(14 / 3)
-    np.testing.assert_allclose(m.normalize_advantages(adv).numpy(),
-                               (np.array([1, 2, 3, 6]) - 3.0) / (np.sqrt(14 / 3) + 1e-8), atol=1e-6)
+    np.testing.assert_allclose(
+        m.normalize_advantages(adv).numpy(),
+        (np.array([1, 2, 3, 6]) - 3.0) / (np.sqrt(14 / 3) + 1e-8),
+        atol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("script", [TORCH, JAX])
@@ -146,9 +190,25 @@ def test_bad_input_stops_before_work(script, tmp_path):
 def test_torchrun_two_processes_end_to_end(tmp_path):
     """2 ranks x 2 envs x 128 steps, 4 rollouts: rank 0 alone writes the run directory, with the
     gathered episodes of both ranks, the losses and the evaluation of the saved model."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", TORCH,
-           "--total-timesteps", "2048", "--num-envs", "2", "--save-model", "--eval-episodes", "2",
-           "--log-dir", str(tmp_path), "--no-progress", "--no-cuda"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        TORCH,
+        "--total-timesteps",
+        "2048",
+        "--num-envs",
+        "2",
+        "--save-model",
+        "--eval-episodes",
+        "2",
+        "--log-dir",
+        str(tmp_path),
+        "--no-progress",
+        "--no-cuda",
+    ]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     if out.returncode != 0 and "terminate called without an active exception" in out.stderr:
         # Seen once, under a load of ~6 on 2 cores: a rank aborted in the teardown after the run
@@ -208,11 +268,18 @@ print(json.dumps(out))
 def test_jax_sharded_over_two_devices_equals_one_device(tmp_path):
     batch = fixed_batch()
     np.savez(tmp_path / "batch.npz", **batch)
-    code = JAX_WORKER.format(tests=str(ROOT / "tests"), script=JAX, batch=str(tmp_path / "batch.npz"),
-                             update=UPDATE, obs_dim=OBS_DIM, num_actions=NUM_ACTIONS)
+    code = JAX_WORKER.format(
+        tests=str(ROOT / "tests"),
+        script=JAX,
+        batch=str(tmp_path / "batch.npz"),
+        update=UPDATE,
+        obs_dim=OBS_DIM,
+        num_actions=NUM_ACTIONS,
+    )
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-    res = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert set(out["sharded_devices"]) == {2} and set(out["one_device_devices"]) == {1}
@@ -229,5 +296,5 @@ def test_jax_shard_major_puts_each_devices_envs_in_one_block():
     x = np.arange(T * D * n).reshape(T, D * n)
     flat = m.shard_major(x, D)
     # device 0's block: its (T, n) rollout flattened as a rank would flatten it (step-major)
-    np.testing.assert_array_equal(flat[:T * n], x[:, :n].reshape(-1))
-    np.testing.assert_array_equal(flat[T * n:], x[:, n:].reshape(-1))
+    np.testing.assert_array_equal(flat[: T * n], x[:, :n].reshape(-1))
+    np.testing.assert_array_equal(flat[T * n :], x[:, n:].reshape(-1))

@@ -3,10 +3,12 @@ the per-token reward (KL on every completion token, the reward-model score at <e
 GAE with gamma 1, advantage whitening, the clipped policy and value losses and the adaptive KL
 controller on hand-computed numbers; the reward-model checkpoint round trip; and the bad-input
 checks that stop a run before any work."""
+
 import jax
 import numpy as np
 import pytest
 import torch
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["llm/ppo_rlhf_torch.py", "llm/ppo_rlhf_jax.py"]
@@ -25,7 +27,9 @@ def test_per_token_rewards_by_hand(script):
     # log pi - log pi_ref: row 1 (0.2, -0.2, 0.0 | -2.0 masked), row 2 (0.0, 0.5 | -1.0, -1.0 masked)
     np.testing.assert_allclose(np.asarray(kl), [[0.2, -0.2, 0.0, 0.0], [0.0, 0.5, 0.0, 0.0]], atol=1e-6)
     # r_t = -0.1 kl_t, and the score at <eos>: row 1 (-0.02, 0.02, 0 + 2.0, 0), row 2 (0, -0.05 - 1.0, 0, 0)
-    np.testing.assert_allclose(np.asarray(rewards), [[-0.02, 0.02, 2.0, 0.0], [0.0, -1.05, 0.0, 0.0]], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(rewards), [[-0.02, 0.02, 2.0, 0.0], [0.0, -1.05, 0.0, 0.0]], atol=1e-6
+    )
     # the sequence KL estimate is the masked sum: 0.0 and 0.5 nats
     np.testing.assert_allclose(np.asarray(kl).sum(-1), [0.0, 0.5], atol=1e-6)
 
@@ -33,7 +37,9 @@ def test_per_token_rewards_by_hand(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_per_token_rewards_without_eos_score_the_last_token(script):
     m, c = load_script(script), conv(script)
-    rewards, _ = m.per_token_rewards(c([[0.0, 0.0, 0.0]]), c([[0.0, 0.0, 0.0]]), c([0.7]), c([[1, 1, 1]]), 0.1)
+    rewards, _ = m.per_token_rewards(
+        c([[0.0, 0.0, 0.0]]), c([[0.0, 0.0, 0.0]]), c([0.7]), c([[1, 1, 1]]), 0.1
+    )
     np.testing.assert_allclose(np.asarray(rewards), [[0.0, 0.0, 0.7]], atol=1e-6)
 
 
@@ -80,11 +86,17 @@ def test_ppo_policy_loss_by_hand(script):
     m = load_script(script)
     logp = np.log([[1.5, 0.7, 1.1, 0.7]])  # ratios against old_logp = 0
     adv = [[1.0, 1.0, -1.0, -2.0]]
-    (loss, clip, _), g = with_grad(script, lambda lp, o, a, mk: m.ppo_policy_loss(lp, o, a, mk, 0.2),
-                                   logp, np.zeros((1, 4)), adv, np.ones((1, 4)))
+    (loss, clip, _), g = with_grad(
+        script,
+        lambda lp, o, a, mk: m.ppo_policy_loss(lp, o, a, mk, 0.2),
+        logp,
+        np.zeros((1, 4)),
+        adv,
+        np.ones((1, 4)),
+    )
     # min(rA, clip(r)A): 1.2 (clipped at 1.2), 0.7 (below 0.8 but the min keeps it), -1.1, -1.6 (0.8 * -2)
-    assert loss == pytest.approx(-(1.2 + 0.7 - 1.1 - 1.6) / 4, abs=1e-6)   # = +0.2
-    assert clip == pytest.approx(0.75)                                      # 1.5, 0.7, 0.7 are off by > 0.2
+    assert loss == pytest.approx(-(1.2 + 0.7 - 1.1 - 1.6) / 4, abs=1e-6)  # = +0.2
+    assert clip == pytest.approx(0.75)  # 1.5, 0.7, 0.7 are off by > 0.2
     # d loss / d logp = -r A / 4 where the unclipped term is the min, 0 where the clip holds it
     np.testing.assert_allclose(g, [[0.0, -0.7 / 4, 1.1 / 4, 0.0]], atol=1e-6)
 
@@ -92,9 +104,14 @@ def test_ppo_policy_loss_by_hand(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_clipped_value_loss_by_hand(script):
     m = load_script(script)
-    (loss, vclip), g = with_grad(script, lambda v, o, r, mk: m.clipped_value_loss(v, o, r, mk, 0.2),
-                                 [[1.5, 0.9, 1.5, 5.0]], [[1.0, 1.0, 1.0, 1.0]], [[2.0, 2.0, 0.0, 0.0]],
-                                 [[1, 1, 1, 0]])
+    (loss, vclip), g = with_grad(
+        script,
+        lambda v, o, r, mk: m.clipped_value_loss(v, o, r, mk, 0.2),
+        [[1.5, 0.9, 1.5, 5.0]],
+        [[1.0, 1.0, 1.0, 1.0]],
+        [[2.0, 2.0, 0.0, 0.0]],
+        [[1, 1, 1, 0]],
+    )
     # token 1: V = 1.5, V_clip = 1.2: max((1.5 - 2)^2, (1.2 - 2)^2) = 0.64 (the clipped error, no gradient)
     # token 2: V = 0.9 inside the clip: 1.21; token 3: V = 1.5, R = 0: max(2.25, 1.44) = 2.25; token 4 masked
     assert loss == pytest.approx(0.5 * (0.64 + 1.21 + 2.25) / 3, abs=1e-6)  # = 0.68333
@@ -133,7 +150,9 @@ def test_reward_model_checkpoint_round_trip(framework, tmp_path):
         expected = model(torch.as_tensor(tokens), torch.as_tensor(last)).numpy()
     if framework == "torch":
         with torch.no_grad():
-            got = rm.load_reward_model(tmp_path / "rm.npz")(torch.as_tensor(tokens), torch.as_tensor(last)).numpy()
+            got = rm.load_reward_model(tmp_path / "rm.npz")(
+                torch.as_tensor(tokens), torch.as_tensor(last)
+            ).numpy()
     else:
         net, params = rm.load_reward_model(tmp_path / "rm.npz")
         got = np.asarray(net.apply(params, tokens, last))
@@ -145,13 +164,16 @@ def test_reward_model_checkpoint_round_trip(framework, tmp_path):
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("overrides,match", [
-    (dict(temperature=0.0), "temperature"),
-    (dict(prompts_per_step=10, num_minibatches=4), "num_minibatches"),
-    (dict(kl_coef=-0.1), "kl_coef"),
-    (dict(adaptive_kl=True, target_kl=0.0), "adaptive-kl"),
-    (dict(gae_lambda=1.5), "gae_lambda"),
-])
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (dict(temperature=0.0), "temperature"),
+        (dict(prompts_per_step=10, num_minibatches=4), "num_minibatches"),
+        (dict(kl_coef=-0.1), "kl_coef"),
+        (dict(adaptive_kl=True, target_kl=0.0), "adaptive-kl"),
+        (dict(gae_lambda=1.5), "gae_lambda"),
+    ],
+)
 def test_bad_args_are_refused(script, overrides, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

@@ -3,12 +3,13 @@ Math-Shepherd's Monte Carlo step labels on a stub policy whose rollouts are know
 the BCE loss's masking of non-step positions, the PRM aggregation (min / product), the best-of-n
 selector and table on a hand batch, the analytic best-of-n KL -- the keys train() returns, and the
 bad-input checks that stop a run before any work."""
+
 import math
 
 import jax
 import numpy as np
 import pytest
-import torch
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["llm/prm_torch.py", "llm/prm_jax.py"]
@@ -29,8 +30,8 @@ def stub_rollouts(prefixes, max_new_tokens, num_rollouts=4):
         a, b = int(text[:2]), int(text[3:5])
         gold = tasks.encode(tasks.answer_text(a + b, 2)) + [EOS]
         r = i % num_rollouts
-        cont = (gold[len(row) - P:] if r < max_new_tokens else [NINE, EOS])[:max_new_tokens]
-        out[i, :len(cont)] = cont
+        cont = (gold[len(row) - P :] if r < max_new_tokens else [NINE, EOS])[:max_new_tokens]
+        out[i, : len(cont)] = cont
     return out
 
 
@@ -39,17 +40,28 @@ def mc_labels(script, pairs, completions, soft):
     if is_torch(script):
         labels, steps = m.mc_step_labels(pairs, completions, stub_rollouts, 4, 2, soft)
     else:
-        labels, steps, _ = m.mc_step_labels(pairs, completions, lambda p, k, key: (stub_rollouts(p, k), key),
-                                            4, 2, jax.random.PRNGKey(0), soft)
+        labels, steps, _ = m.mc_step_labels(
+            pairs,
+            completions,
+            lambda p, k, key: (stub_rollouts(p, k), key),
+            4,
+            2,
+            jax.random.PRNGKey(0),
+            soft,
+        )
     return labels, steps
 
 
 # 07 + 05 = 12: the answer is "210" (reversed, zero-padded to 3 digits), then <eos>.
 PAIRS = np.array([(7, 5)] * 4)
-COMPLETIONS = np.array([tasks.encode("210") + [EOS],       # right
-                        tasks.encode("200") + [EOS],       # the carry into the tens dropped
-                        [EOS, PAD, PAD, PAD],              # empty answer: no step at all
-                        tasks.encode("2101")])             # never stops: 4 steps, wrong
+COMPLETIONS = np.array(
+    [
+        tasks.encode("210") + [EOS],  # right
+        tasks.encode("200") + [EOS],  # the carry into the tens dropped
+        [EOS, PAD, PAD, PAD],  # empty answer: no step at all
+        tasks.encode("2101"),
+    ]
+)  # never stops: 4 steps, wrong
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -61,8 +73,9 @@ def test_mc_step_labels_soft_on_a_stub_policy(script):
     # "200": after "2" as above (0.75); after "20" the tens digit is already wrong: 0, 0.
     # "2101": the first three prefixes are those of "210"; the last has nothing left to roll out and
     #         is verified as it is (no <eos>: wrong).
-    np.testing.assert_allclose(labels, [[0.75, 0.5, 0.25, 0], [0.75, 0, 0, 0], [0, 0, 0, 0],
-                                        [0.75, 0.5, 0.25, 0]])
+    np.testing.assert_allclose(
+        labels, [[0.75, 0.5, 0.25, 0], [0.75, 0, 0, 0], [0, 0, 0, 0], [0.75, 0.5, 0.25, 0]]
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -103,14 +116,22 @@ def test_bce_masks_non_step_positions(script):
 def test_prm_aggregation_min_and_product(script):
     m, c = load_script(script), conv(script)
     logit = lambda p: math.log(p / (1 - p))
-    z = c([[logit(0.9), logit(0.5), logit(0.8), logit(0.01)],
-           [logit(0.9), logit(0.9), logit(0.9), logit(0.9)],
-           [logit(0.2), logit(0.99), logit(0.01), logit(0.01)]])
+    z = c(
+        [
+            [logit(0.9), logit(0.5), logit(0.8), logit(0.01)],
+            [logit(0.9), logit(0.9), logit(0.9), logit(0.9)],
+            [logit(0.2), logit(0.99), logit(0.01), logit(0.01)],
+        ]
+    )
     steps = c([[1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 0, 0]])
     # row 0: min(0.9, 0.5, 0.8) = 0.5, product 0.9 * 0.5 * 0.8 = 0.36 (0.01 is off the steps);
     # row 1: no step -> 0; row 2: min(0.2, 0.99) = 0.2, product 0.198
-    np.testing.assert_allclose(np.asarray(m.aggregate_step_scores(z, steps, "min")), [0.5, 0.0, 0.2], atol=1e-6)
-    np.testing.assert_allclose(np.asarray(m.aggregate_step_scores(z, steps, "product")), [0.36, 0.0, 0.198], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(m.aggregate_step_scores(z, steps, "min")), [0.5, 0.0, 0.2], atol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.asarray(m.aggregate_step_scores(z, steps, "product")), [0.36, 0.0, 0.198], atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -147,9 +168,21 @@ def test_best_of_n_kl_bound(script):
 def test_train_returns_the_summary_keys(script, tmp_path):
     m = load_script(script)
     out = m.train(m.Args(**m.SMOKE_ARGS, log_dir=str(tmp_path), progress=False))
-    for k in ("accuracy_curve", "accuracy_gain_curve", "initial_test_accuracy", "test_accuracy",
-              "accuracy_gain", "kl_to_ref", "sps", "wall_time", "global_step", "run_dir", "losses",
-              "orm_test_accuracy", "best_of_n_table"):
+    for k in (
+        "accuracy_curve",
+        "accuracy_gain_curve",
+        "initial_test_accuracy",
+        "test_accuracy",
+        "accuracy_gain",
+        "kl_to_ref",
+        "sps",
+        "wall_time",
+        "global_step",
+        "run_dir",
+        "losses",
+        "orm_test_accuracy",
+        "best_of_n_table",
+    ):
         assert k in out, k
     assert out["accuracy_gain"] == pytest.approx(out["test_accuracy"] - out["initial_test_accuracy"])
     assert out["kl_to_ref"] == pytest.approx(math.log(2) - 1 / 2)  # SMOKE_ARGS: best_of_n = 2
@@ -159,10 +192,15 @@ def test_train_returns_the_summary_keys(script, tmp_path):
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("field,value,match", [("aggregation", "mean", "aggregation"),
-                                               ("num_rollouts", 0, "num_rollouts"),
-                                               ("best_of_n", 3, "best_of_n"),
-                                               ("samples_per_prompt", 0, "samples_per_prompt")])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("aggregation", "mean", "aggregation"),
+        ("num_rollouts", 0, "num_rollouts"),
+        ("best_of_n", 3, "best_of_n"),
+        ("samples_per_prompt", 0, "samples_per_prompt"),
+    ],
+)
 def test_bad_arguments_are_refused(script, tmp_path, field, value, match):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

@@ -1,10 +1,10 @@
 """Tier 1 for tabular Q-learning: the update by hand (termination does not bootstrap, colliding
 updates add), Robbins-Monro step sizes, the exact value of a greedy policy, worked problem 1's optimum
 through the script's own value iteration, and bad input."""
-import jax.numpy as jnp
+
 import numpy as np
 import pytest
-import torch
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["algos/q_learning_torch.py", "algos/q_learning_jax.py"]
@@ -38,8 +38,12 @@ def test_colliding_updates_add_up(script):
 def test_robbins_monro_step_sizes(script):
     m = load_script(script)
     counts = conv(script, np.int64 if is_torch(script) else np.int32)([1, 4, 16, 100])
-    np.testing.assert_allclose(np.asarray(m.robbins_monro_step_size(counts, 1.0)), [1, 0.25, 1 / 16, 0.01], rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(m.robbins_monro_step_size(counts, 0.5)), [1, 0.5, 0.25, 0.1], rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(m.robbins_monro_step_size(counts, 1.0)), [1, 0.25, 1 / 16, 0.01], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.asarray(m.robbins_monro_step_size(counts, 0.5)), [1, 0.5, 0.25, 0.1], rtol=1e-6
+    )
     # with power 1, alpha_n = 1/n makes Q[s, a] the running mean of its targets
     assert m.linear_schedule(1.0, 0.1, 100, 50) == pytest.approx(0.55)
     assert m.linear_schedule(1.0, 0.1, 100, 500) == pytest.approx(0.1)
@@ -58,8 +62,9 @@ def test_problem1_optimum_and_greedy_policy_value(script):
     idx = conv(script, np.int64 if is_torch(script) else np.int32)
     np.testing.assert_allclose(np.asarray(m.policy_value(f(P), f(R), idx([0, 1]), 0.9)), [10, 11], atol=1e-4)
     # the always-move policy: V(0) = 0 + 0.9 V(1), V(1) = 2 + 0.9 V(0) -> V(0) = 1.8 / 0.19
-    np.testing.assert_allclose(np.asarray(m.policy_value(f(P), f(R), idx([1, 1]), 0.9)),
-                               [1.8 / 0.19, 2 / 0.19], rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(m.policy_value(f(P), f(R), idx([1, 1]), 0.9)), [1.8 / 0.19, 2 / 0.19], rtol=1e-5
+    )
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -1,11 +1,13 @@
 """Tier 1 for QR-DQN: the quantile fractions, the quantile Huber loss by hand, its minimiser (a
 fitted set of quantiles of a fixed discrete distribution converges to the true quantiles), and
 the bad-input checks."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TWINS = ["algos/qr_dqn_torch.py", "algos/qr_dqn_jax.py"]

@@ -2,11 +2,11 @@
 truncation inside the window), the categorical projection with per-sample discounts, the noisy
 layer against its formula, the dueling aggregation per atom, prioritised sampling, and the
 bad-input checks."""
-import jax.numpy as jnp
+
 import numpy as np
 import pytest
-import torch
-from helpers import load_script, conv
+
+from helpers import conv, load_script
 
 TWINS = ["algos/rainbow_torch.py", "algos/rainbow_jax.py"]
 
@@ -21,7 +21,7 @@ def test_n_step_transition_by_hand(script):
     assert action == 1 and done == 0.0
     assert ret == pytest.approx(1 + 0.9 * 2 + 0.81 * 3)
     np.testing.assert_array_equal(next_obs, o[3])  # bootstrap from s_3 ...
-    assert discount == pytest.approx(0.729)        # ... with gamma^3
+    assert discount == pytest.approx(0.729)  # ... with gamma^3
     # a termination after two steps: the tail window stops there, done = 1 (no bootstrap)
     tail = [(o[1], 0, 2.0, o[2], False), (o[2], 1, 3.0, o[3], True)]
     _, _, ret, next_obs, done, discount = m.n_step_transition(tail, 0.9)
@@ -39,9 +39,12 @@ def test_projection_with_per_sample_discounts(script):
     probs = c([[0, 0, 0, 1, 0], [0, 0, 0, 1, 0], [0.2] * 5])
     # z = 5 with discount 0.81 and r = 0: 4.05 -> 0.19 at 0, 0.81 at 5; discount 0.9, r = 1: 5.5 -> 0.9/0.1
     # terminal: all mass at r = -2.5 -> half at -5, half at 0
-    out = np.asarray(m.categorical_projection(probs, c([0.0, 1.0, -2.5]), c([0.0, 0.0, 1.0]),
-                                              c([0.81, 0.9, 0.729]), atoms))
-    np.testing.assert_allclose(out, [[0, 0, 0.19, 0.81, 0], [0, 0, 0, 0.9, 0.1], [0, 0.5, 0.5, 0, 0]], atol=1e-6)
+    out = np.asarray(
+        m.categorical_projection(probs, c([0.0, 1.0, -2.5]), c([0.0, 0.0, 1.0]), c([0.81, 0.9, 0.729]), atoms)
+    )
+    np.testing.assert_allclose(
+        out, [[0, 0, 0.19, 0.81, 0], [0, 0, 0, 0.9, 0.1], [0, 0.5, 0.5, 0, 0]], atol=1e-6
+    )
     np.testing.assert_allclose(out.sum(-1), 1.0, atol=1e-6)
 
 
@@ -51,7 +54,7 @@ def test_noisy_linear_by_hand(script):
     x = c([[1.0, 2.0]])
     mu_w, sigma_w = c([[0.5, -1.0], [0.25, 0.0]]), c([[0.1, 0.2], [0.3, 0.4]])
     mu_b, sigma_b = c([0.1, -0.1]), c([1.0, 2.0])
-    eps_in, eps_out = c([4.0, -1.0]), c([1.0, -9.0])   # f = sign * sqrt|.|: [2, -1] and [1, -3]
+    eps_in, eps_out = c([4.0, -1.0]), c([1.0, -9.0])  # f = sign * sqrt|.|: [2, -1] and [1, -3]
     y = np.asarray(m.noisy_linear(x, mu_w, sigma_w, mu_b, sigma_b, eps_in, eps_out))
     # W = mu + sigma * outer([2, -1], [1, -3]) = [[0.5 + 0.2, -1 - 1.2], [0.25 - 0.3, 0 + 1.2]]
     # b = mu_b + sigma_b * [1, -3] = [1.1, -6.1]; y = [1, 2] W + b

@@ -1,11 +1,13 @@
 """Tier 1 for REINFORCE: worked problem 2 (docs/worked_problems.md), the bandit baseline, by exact
 enumeration through the twins' own gradient code; returns-to-go by hand; the estimator variance
 (estimator_variance, output_layer_score) by hand and against autograd; bad input."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["algos/reinforce_torch.py", "algos/reinforce_jax.py"]
@@ -19,13 +21,16 @@ def single_sample_gradient(script, theta, arm, weight):
         th = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
         logits = torch.stack([torch.zeros((), dtype=torch.float64), th])[None]
         logp = m.categorical_log_prob(logits, torch.tensor([arm]))
-        m.reinforce_loss(logp, torch.tensor([weight], dtype=torch.float64), torch.ones(1, dtype=torch.float64)).backward()
+        m.reinforce_loss(
+            logp, torch.tensor([weight], dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+        ).backward()
         return -th.grad.item()
 
     def loss(th):
         logits = jnp.stack([jnp.zeros(()), th])[None]
         logp = m.categorical_log_prob(logits, jnp.array([arm]))
         return m.reinforce_loss(logp, jnp.array([weight]), jnp.ones(1))
+
     return -float(jax.grad(loss)(jnp.float32(theta)))
 
 
@@ -89,8 +94,9 @@ def test_estimator_variance_by_hand(script):
     8/9, 41/9, 53/9, sum 102/9; divided by E - 1 = 2: 17/3."""
     m = load_script(script)
     to = conv(script)
-    scores = np.array([[[1, 0], [1, 1], [-1, 0]],
-                       [[0, 1], [5, 5], [0, 2]]], dtype=np.float32)  # (T=2, E=3, D=2)
+    scores = np.array(
+        [[[1, 0], [1, 1], [-1, 0]], [[0, 1], [5, 5], [0, 2]]], dtype=np.float32
+    )  # (T=2, E=3, D=2)
     weights = np.array([[2, 3, 1], [1, 7, 0.5]], dtype=np.float32)
     mask = np.array([[1, 1, 1], [1, 0, 1]], dtype=np.float32)
     var = float(m.estimator_variance(to(scores), to(weights), to(mask)))
@@ -108,8 +114,11 @@ def test_output_layer_score_by_hand_and_autograd(script):
     On random inputs it equals autograd's gradient of categorical_log_prob with respect to W and b."""
     m = load_script(script)
     to = conv(script)
-    score = np.asarray(m.output_layer_score(to(np.array([1.0, 2.0], np.float32)), to(np.zeros(2, np.float32)),
-                                            conv(script, np.int32)(1)))
+    score = np.asarray(
+        m.output_layer_score(
+            to(np.array([1.0, 2.0], np.float32)), to(np.zeros(2, np.float32)), conv(script, np.int32)(1)
+        )
+    )
     np.testing.assert_allclose(score, [-0.5, -1.0, 0.5, 1.0, -0.5, 0.5], atol=1e-7)
 
     rng = np.random.default_rng(0)

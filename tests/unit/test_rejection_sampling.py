@@ -4,6 +4,7 @@ deduplication), training_batch's mask on hand tokens, rejection_sampling_loss on
 prompt and the padding after <eos> carry no loss and no gradient), the policy-improvement identity
 (minus the loss gradient on exact accepted samples is grad log P(correct)), and the bad-input checks
 that stop a run before work."""
+
 import math
 
 import jax
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["llm/rejection_sampling_torch.py", "llm/rejection_sampling_jax.py"]
@@ -22,29 +24,28 @@ EOS, PAD = tasks.EOS, tasks.PAD
 a = [3, 2, 4, EOS, PAD]
 a_tail = [3, 2, 4, EOS, 7]  # = a up to <eos>; differs only in the padding after it
 b = [3, 2, 5, EOS, PAD]
-c = [9, 9, 9, 9, 9]         # no <eos>
-COMPLETIONS = np.array([[a, b, a, a],
-                        [c, c, b, a],
-                        [a, b, b, a_tail]])
-REWARDS = np.array([[1, 0, 1, 1],
-                    [0, 0, 0, 0],
-                    [1, 1, 1, 1]], dtype=np.float32)
+c = [9, 9, 9, 9, 9]  # no <eos>
+COMPLETIONS = np.array([[a, b, a, a], [c, c, b, a], [a, b, b, a_tail]])
+REWARDS = np.array([[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=np.float32)
 
 
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("cap,dedup,expected", [
-    # no cap, no dedup: every correct sample; 7 of 12 (keep rate 0.583), 2 of 3 prompts solved
-    (0, False, [[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]]),
-    # dedup: prompt 0 keeps a once; prompt 2 keeps a and b once each (a_tail = a up to <eos>)
-    (0, True, [[1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0]]),
-    # at most one per prompt (STaR): the first correct sample in sampling order
-    (1, False, [[1, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]]),
-    # at most 2, duplicates allowed: prompt 0 keeps a twice
-    (2, False, [[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 0, 0]]),
-    # at most 3 after dedup: only 2 distinct correct answers exist in prompt 2
-    (3, True, [[1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0]]),
-    (3, False, [[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 0]]),
-])
+@pytest.mark.parametrize(
+    "cap,dedup,expected",
+    [
+        # no cap, no dedup: every correct sample; 7 of 12 (keep rate 0.583), 2 of 3 prompts solved
+        (0, False, [[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]]),
+        # dedup: prompt 0 keeps a once; prompt 2 keeps a and b once each (a_tail = a up to <eos>)
+        (0, True, [[1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0]]),
+        # at most one per prompt (STaR): the first correct sample in sampling order
+        (1, False, [[1, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]]),
+        # at most 2, duplicates allowed: prompt 0 keeps a twice
+        (2, False, [[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 0, 0]]),
+        # at most 3 after dedup: only 2 distinct correct answers exist in prompt 2
+        (3, True, [[1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0]]),
+        (3, False, [[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 0]]),
+    ],
+)
 def test_filter_on_a_hand_batch(script, cap, dedup, expected):
     m = load_script(script)
     keep = m.filter_samples(REWARDS, COMPLETIONS, max_per_prompt=cap, dedup=dedup)
@@ -59,7 +60,7 @@ def test_filter_with_the_gold_verifier(script):
     m = load_script(script)
     # 57 + 48 = 105, written least significant digit first: "501" then <eos>
     right = tasks.encode("501") + [EOS]
-    dropped_carry = tasks.encode("590") + [EOS]   # 7 + 8 = 15: the carry into the tens forgotten
+    dropped_carry = tasks.encode("590") + [EOS]  # 7 + 8 = 15: the carry into the tens forgotten
     no_eos = tasks.encode("5010")
     pairs = np.array([[57, 48]] * 4)
     completions = np.array([right, dropped_carry, right, no_eos])
@@ -68,23 +69,27 @@ def test_filter_with_the_gold_verifier(script):
     keep = m.filter_samples(rewards.reshape(1, 4), completions.reshape(1, 4, 4))
     np.testing.assert_array_equal(keep, [[True, False, True, False]])
     # on this task a prompt has one correct answer, so dedup is the same as a cap of one
-    np.testing.assert_array_equal(m.filter_samples(rewards.reshape(1, 4), completions.reshape(1, 4, 4), dedup=True),
-                                  m.filter_samples(rewards.reshape(1, 4), completions.reshape(1, 4, 4), max_per_prompt=1))
+    np.testing.assert_array_equal(
+        m.filter_samples(rewards.reshape(1, 4), completions.reshape(1, 4, 4), dedup=True),
+        m.filter_samples(rewards.reshape(1, 4), completions.reshape(1, 4, 4), max_per_prompt=1),
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
 def test_training_batch_masks_prompt_and_padding(script):
     m = load_script(script)
-    prompts = tasks.encode_prompts(np.array([[57, 48], [57, 48]]), 2)    # "57+48=": 6 tokens
-    completions = np.array([tasks.encode("501") + [EOS],
-                            tasks.encode("5") + [EOS, PAD, PAD]])          # <eos> early, then padding
+    prompts = tasks.encode_prompts(np.array([[57, 48], [57, 48]]), 2)  # "57+48=": 6 tokens
+    completions = np.array(
+        [tasks.encode("501") + [EOS], tasks.encode("5") + [EOS, PAD, PAD]]
+    )  # <eos> early, then padding
     inputs, labels, mask = m.training_batch(prompts, completions)
     assert inputs.shape == labels.shape == mask.shape == (2, 9)
-    np.testing.assert_array_equal(inputs[0], tasks.encode("57+48=501"))  # the last token (<eos>) is never an input
+    np.testing.assert_array_equal(
+        inputs[0], tasks.encode("57+48=501")
+    )  # the last token (<eos>) is never an input
     np.testing.assert_array_equal(labels[0], tasks.encode("7+48=501") + [EOS])
     # labels 0-4 are prompt tokens (7 + 4 8 =), 5-8 the completion; the second row's <eos> is label 6
-    np.testing.assert_array_equal(mask, [[0, 0, 0, 0, 0, 1, 1, 1, 1],
-                                         [0, 0, 0, 0, 0, 1, 1, 0, 0]])
+    np.testing.assert_array_equal(mask, [[0, 0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1, 0, 0]])
 
 
 def loss_and_grad(script, logits, labels, mask):
@@ -101,10 +106,16 @@ def loss_and_grad(script, logits, labels, mask):
 @pytest.mark.parametrize("script", TWINS)
 def test_loss_on_known_logits_masks_prompt_and_padding(script):
     # one sequence of 4 positions over a 3-token vocabulary; logits = log-probabilities
-    logits = np.log([[[1 / 3, 1 / 3, 1 / 3],     # position 0: a prompt token (masked)
-                      [0.25, 0.50, 0.25],        # position 1: completion, label 1 -> p = 0.5
-                      [0.25, 0.50, 0.25],        # position 2: completion (<eos>), label 2 -> p = 0.25
-                      [0.98, 0.01, 0.01]]])      # position 3: padding after <eos>, label 1 -> p = 0.01 (masked)
+    logits = np.log(
+        [
+            [
+                [1 / 3, 1 / 3, 1 / 3],  # position 0: a prompt token (masked)
+                [0.25, 0.50, 0.25],  # position 1: completion, label 1 -> p = 0.5
+                [0.25, 0.50, 0.25],  # position 2: completion (<eos>), label 2 -> p = 0.25
+                [0.98, 0.01, 0.01],
+            ]
+        ]
+    )  # position 3: padding after <eos>, label 1 -> p = 0.01 (masked)
     labels = [[0, 1, 2, 1]]
     mask = [[0, 1, 1, 0]]
     loss, g = loss_and_grad(script, logits, labels, mask)
@@ -113,10 +124,9 @@ def test_loss_on_known_logits_masks_prompt_and_padding(script):
     assert loss == pytest.approx(1.0397, abs=1e-4)
     # unmasked it would be (ln 3 + ln 2 + ln 4 + ln 100) / 4 = 2.0952: the mask matters
     # d loss / d logits = (softmax - onehot(label)) / (2 completion tokens), zero on masked rows
-    np.testing.assert_allclose(g[0], [[0, 0, 0],
-                                      [0.125, -0.25, 0.125],
-                                      [0.125, 0.25, -0.375],
-                                      [0, 0, 0]], atol=1e-6)
+    np.testing.assert_allclose(
+        g[0], [[0, 0, 0], [0.125, -0.25, 0.125], [0.125, 0.25, -0.375], [0, 0, 0]], atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -141,7 +151,8 @@ def test_loss_is_the_sft_loss(script):
     labels = torch.as_tensor(labels) if is_torch(script) else jnp.asarray(labels)
     mask = c((rng.random((5, 9)) < 0.6).astype(np.float32))
     assert float(m.rejection_sampling_loss(logits, labels, mask)) == pytest.approx(
-        float(sft.sft_loss(logits, labels, mask)), abs=1e-6)
+        float(sft.sft_loss(logits, labels, mask)), abs=1e-6
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -161,7 +172,9 @@ def test_policy_improvement_on_a_binary_reward(script):
         m.rejection_sampling_loss(th.expand(4, 1, 4), torch.as_tensor(labels), c(mask)).backward()
         g = th.grad.numpy()
     else:
-        f = lambda th: m.rejection_sampling_loss(jnp.broadcast_to(th, (4, 1, 4)), jnp.asarray(labels), c(mask))
+        f = lambda th: m.rejection_sampling_loss(
+            jnp.broadcast_to(th, (4, 1, 4)), jnp.asarray(labels), c(mask)
+        )
         g = np.asarray(jax.grad(f)(c(theta)))
     r, J = np.array([1, 0, 1, 0]), 0.4
     np.testing.assert_allclose(-g, pi * (r - J) / J, atol=1e-6)
@@ -173,13 +186,16 @@ def test_policy_improvement_on_a_binary_reward(script):
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("field,value,match", [
-    ("samples_per_prompt", 0, "samples_per_prompt"),
-    ("max_per_prompt", -1, "max_per_prompt"),
-    ("temperature", 0.0, "temperature"),
-    ("epochs", 0, "epochs"),
-    ("prompts_per_iteration", 10_000, "prompts_per_iteration"),
-])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("samples_per_prompt", 0, "samples_per_prompt"),
+        ("max_per_prompt", -1, "max_per_prompt"),
+        ("temperature", 0.0, "temperature"),
+        ("epochs", 0, "epochs"),
+        ("prompts_per_iteration", 10_000, "prompts_per_iteration"),
+    ],
+)
 def test_bad_args_are_refused(script, tmp_path, field, value, match):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

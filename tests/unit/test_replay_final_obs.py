@@ -7,6 +7,7 @@ return the plain environment's observation, while next_obs itself holds the rese
 The value-based scripts (DQN family, C51, QR-DQN, Rainbow) get the same check on CartPole-v1 with
 random discrete actions, through terminations and through truncations by a short time limit.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -20,8 +21,9 @@ VALUE_SCRIPTS = value_based_scripts()
 SHORT_CARTPOLE = "CartPoleShortLimit-v1"
 SHORT_LIMIT = 12
 if SHORT_CARTPOLE not in gym.registry:
-    gym.register(SHORT_CARTPOLE, entry_point=gym.spec("CartPole-v1").entry_point,
-                 max_episode_steps=SHORT_LIMIT)
+    gym.register(
+        SHORT_CARTPOLE, entry_point=gym.spec("CartPole-v1").entry_point, max_episode_steps=SHORT_LIMIT
+    )
 
 
 def test_value_based_scripts_are_all_listed():

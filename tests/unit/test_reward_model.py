@@ -1,12 +1,13 @@
 """Tier 1 for the Bradley-Terry reward model: the loss and pairwise accuracy by hand in both twins,
 the zero-initialised head (every score 0, loss ln 2), and the bad-input checks."""
+
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TWINS = ["llm/reward_model_torch.py", "llm/reward_model_jax.py"]
@@ -42,5 +43,7 @@ def test_bad_input_is_refused(script, tmp_path):
     lm = load_script("llm/tinylm_torch.py")
     lm.save_checkpoint(lm.TinyLM(20, 16, 32, 1, 2), tmp_path / "vocab20.npz")
     with pytest.raises(ValueError, match="vocabulary"):
-        m.train(m.Args(sft_path=str(tmp_path / "vocab20.npz"), log_dir=str(tmp_path / "runs"), progress=False))
+        m.train(
+            m.Args(sft_path=str(tmp_path / "vocab20.npz"), log_dir=str(tmp_path / "runs"), progress=False)
+        )
     assert not (tmp_path / "runs").exists()

@@ -5,6 +5,7 @@ toy categorical policy, against the (k-1)/k shrinkage of a baseline that include
 sequence_kl and rloo_loss's masking, aggregation and clipping on hand numbers; the keys train()
 returns; and the bad-input checks (k below 2, a checkpoint of the wrong vocabulary or context) that
 stop a run before work."""
+
 import itertools
 
 import jax
@@ -12,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import conv, is_torch, load_script, run_train
 
 TWINS = ["llm/rloo_torch.py", "llm/rloo_jax.py"]
@@ -85,8 +87,9 @@ def estimate(script, actions, advantages):
         loss, _ = m.rloo_loss(logp, logp.detach(), torch.as_tensor(advantages), torch.ones_like(logp), 0.2)
         (-loss).backward()
         return t.grad.numpy().astype(np.float64)
-    return np.asarray(_jax_estimate(m)(jnp.asarray(theta), jnp.asarray(actions), jnp.asarray(advantages)),
-                      dtype=np.float64)
+    return np.asarray(
+        _jax_estimate(m)(jnp.asarray(theta), jnp.asarray(actions), jnp.asarray(advantages)), dtype=np.float64
+    )
 
 
 _jitted = {}
@@ -95,9 +98,11 @@ _jitted = {}
 def _jax_estimate(m):
     """-grad rloo_loss of the JAX twin, jitted once (every group has the same shapes)."""
     if m not in _jitted:
+
         def neg_loss(t, actions, advantages):
             logp = jax.nn.log_softmax(t)[actions][:, None]  # (k, 1): one token each
             return -m.rloo_loss(logp, jax.lax.stop_gradient(logp), advantages, jnp.ones_like(logp), 0.2)[0]
+
         _jitted[m] = jax.jit(jax.grad(neg_loss))
     return _jitted[m]
 
@@ -107,9 +112,11 @@ def expectation(script, rewards_of_action, baseline, k=4):
     m, c = load_script(script), conv(script)
     groups = list(itertools.product(range(3), repeat=k))
     r = np.array([[rewards_of_action[a] for a in g] for g in groups], dtype=np.float32)
-    adv = {"leave-one-out": np.asarray(m.rloo_advantages(c(r))),
-           "mean including itself": r - r.mean(1, keepdims=True),
-           "none": r}[baseline]
+    adv = {
+        "leave-one-out": np.asarray(m.rloo_advantages(c(r))),
+        "mean including itself": r - r.mean(1, keepdims=True),
+        "none": r,
+    }[baseline]
     mean, mse = np.zeros(3), 0.0
     for g, a in zip(groups, adv):
         p = np.prod(PI[list(g)])
@@ -195,8 +202,8 @@ def test_rloo_loss_clips_the_sequence_ratio(script):
     loss, clip, g = loss_and_grad(script, logp, old, np.array([1.0, 1.0]), np.ones((2, 2)))
     # A > 0: min(1.5 A, 1.2 A) = 1.2 and min(1.1, 1.1) = 1.1 -> loss = -(1.2 + 1.1) / 2 = -1.15
     assert loss == pytest.approx(-1.15, abs=1e-6) and clip == pytest.approx(0.5)
-    np.testing.assert_allclose(g[0], 0.0, atol=1e-7)           # clipped on the favoured side: no gradient
-    np.testing.assert_allclose(g[1], -1.1 / 2, atol=1e-6)      # d(rho A)/d logp_t = rho A, over 2 completions
+    np.testing.assert_allclose(g[0], 0.0, atol=1e-7)  # clipped on the favoured side: no gradient
+    np.testing.assert_allclose(g[1], -1.1 / 2, atol=1e-6)  # d(rho A)/d logp_t = rho A, over 2 completions
     # A < 0 with rho 1.5: min(-1.5, -1.2) = -1.5 is the unclipped term, so the clip does not bind and
     # the gradient flows (the clip only stops moves further in the advantage's direction): loss 1.5,
     # d/d logp_t = 1.5, clip fraction 0
@@ -210,8 +217,19 @@ def test_rloo_loss_clips_the_sequence_ratio(script):
 def test_train_returns_the_llm_summary(script, tmp_path):
     m = load_script(script)
     out = run_train(script, tmp_path, seed=1, **m.SMOKE_ARGS)
-    for key in ("accuracy_curve", "accuracy_gain_curve", "initial_test_accuracy", "test_accuracy",
-                "accuracy_gain", "kl_to_ref", "sps", "wall_time", "global_step", "run_dir", "losses"):
+    for key in (
+        "accuracy_curve",
+        "accuracy_gain_curve",
+        "initial_test_accuracy",
+        "test_accuracy",
+        "accuracy_gain",
+        "kl_to_ref",
+        "sps",
+        "wall_time",
+        "global_step",
+        "run_dir",
+        "losses",
+    ):
         assert key in out, key
     assert out["accuracy_gain"] == pytest.approx(out["test_accuracy"] - out["initial_test_accuracy"])
     assert np.isfinite(out["kl_to_ref"]) and out["global_step"] == m.SMOKE_ARGS["total_steps"]

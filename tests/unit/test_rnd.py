@@ -3,12 +3,14 @@ the running mean/variance against a known stream, the non-episodic GAE across an
 intrinsic reward and the masked predictor loss, the discounted intrinsic-return stream, the
 predictor's error falling on visited DeepSea states and staying high on unvisited ones; and the
 bad-input checks that must stop a run before any work."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 import torch
+
 from helpers import conv, is_torch, load_script
 
 TWINS = ["algos/rnd_torch.py", "algos/rnd_jax.py"]
@@ -25,8 +27,9 @@ def gae(script, rewards, values, dones, last_value, gamma, lam, episodic):
     m = load_script(script)
     to = conv(script)
     col = lambda x: to(np.asarray(x, dtype=np.float32)[:, None])
-    adv, ret = m.compute_gae(col(rewards), col(values), col(dones), to([last_value]), gamma, lam,
-                             episodic=episodic)
+    adv, ret = m.compute_gae(
+        col(rewards), col(values), col(dones), to([last_value]), gamma, lam, episodic=episodic
+    )
     return np.asarray(adv)[:, 0], np.asarray(ret)[:, 0]
 
 
@@ -135,7 +138,9 @@ def predictor_errors(script, visited, steps=300):
 
     @jax.jit
     def step(pp, state):
-        grads = jax.grad(lambda p: m.rnd_predictor_loss(predictor.apply(p, xv), target.apply(tp, xv), ones))(pp)
+        grads = jax.grad(lambda p: m.rnd_predictor_loss(predictor.apply(p, xv), target.apply(tp, xv), ones))(
+            pp
+        )
         updates, state = opt.update(grads, state, pp)
         return optax.apply_updates(pp, updates), state
 

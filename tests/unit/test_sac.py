@@ -3,12 +3,13 @@ the squashed log-prob against a numerical change of variables, the bad-input che
 seed-verified learning run (Pendulum-v1, 30k steps, seed 1: 10-episode mean >= -250 and the
 auto-tuned alpha below 0.1). The learning run lives here rather than as a registry verified_seed so
 that one run checks both the return and alpha; tests/registry.py holds the 3-seed -m learning spec."""
-import jax
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, is_torch
+
+from helpers import is_torch, load_script
 
 TWINS = ["algos/sac_torch.py", "algos/sac_jax.py"]
 
@@ -41,7 +42,7 @@ def test_tanh_stable_form_matches_direct_form_for_moderate_u(script):
     u = np.linspace(-1.0, 1.0, 2001)
     np.testing.assert_allclose(log_det(script, u), direct_log_det(script, u), rtol=0, atol=5e-7)
     u = np.linspace(-3.0, 3.0, 6001)
-    exact = np.log1p(-np.tanh(u.astype(np.float32).astype(np.float64)) ** 2)
+    exact = np.log1p(-(np.tanh(u.astype(np.float32).astype(np.float64)) ** 2))
     np.testing.assert_allclose(log_det(script, u), exact, rtol=0, atol=1e-6)
     np.testing.assert_allclose(direct_log_det(script, u), exact, rtol=0, atol=1e-4)
     # by hand: u = 0 gives log(1 - 0) = 0; u = 1 gives log(1 - tanh(1)^2) = log(0.419974) = -0.867562
@@ -69,8 +70,13 @@ def test_squashed_log_prob_matches_numerical_change_of_variables(script):
     noise = np.array([-2.0, -0.7, 0.0, 0.4, 1.5], dtype=np.float32)
     conv = torch.as_tensor if is_torch(script) else jnp.asarray
     f32 = lambda x: conv(np.asarray(x, dtype=np.float32))
-    actions, logp = m.sample_squashed(f32(np.full((5, 1), mean)), f32(np.full((5, 1), log_std)),
-                                      f32(noise[:, None]), f32([scale]), f32([bias]))
+    actions, logp = m.sample_squashed(
+        f32(np.full((5, 1), mean)),
+        f32(np.full((5, 1), log_std)),
+        f32(noise[:, None]),
+        f32([scale]),
+        f32([bias]),
+    )
     actions, logp = np.asarray(actions)[:, 0], np.asarray(logp)
     u = mean + np.exp(log_std) * noise.astype(np.float64)
     np.testing.assert_allclose(actions, scale * np.tanh(u) + bias, atol=1e-6)
@@ -86,8 +92,9 @@ def test_soft_target_by_hand(script):
     bootstraps; a terminated one does not."""
     m = load_script(script)
     conv = (lambda x: torch.tensor(x)) if is_torch(script) else (lambda x: jnp.asarray(x))
-    target = m.soft_q_target(conv([1.0, 1.0]), conv([0.0, 1.0]), conv([5.0, 5.0]), conv([4.0, 4.0]),
-                             conv([-1.0, -1.0]), 0.5, 0.9)
+    target = m.soft_q_target(
+        conv([1.0, 1.0]), conv([0.0, 1.0]), conv([5.0, 5.0]), conv([4.0, 4.0]), conv([-1.0, -1.0]), 0.5, 0.9
+    )
     # min(5, 4) - 0.5 * (-1) = 4.5; 1 + 0.9 * 4.5 = 5.05; terminated: 1
     np.testing.assert_allclose(np.asarray(target), [5.05, 1.0], atol=1e-6)
 

@@ -1,8 +1,10 @@
 """Tier 1 for SFT: the masked next-token loss by hand in both twins, and the bad-input checks."""
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TWINS = ["llm/sft_torch.py", "llm/sft_jax.py"]
@@ -12,8 +14,8 @@ TWINS = ["llm/sft_torch.py", "llm/sft_jax.py"]
 def test_sft_loss_is_cross_entropy_on_completion_tokens(script):
     m = load_script(script)
     conv = torch.as_tensor if script.endswith("torch.py") else jnp.asarray
-    logits = np.zeros((2, 3, 4), dtype=np.float32)   # uniform: every token costs ln 4
-    logits[0, 0, 1] = 100.0                          # a masked prompt position: must not count
+    logits = np.zeros((2, 3, 4), dtype=np.float32)  # uniform: every token costs ln 4
+    logits[0, 0, 1] = 100.0  # a masked prompt position: must not count
     labels = np.zeros((2, 3), dtype=np.int64)
     mask = np.array([[0, 1, 1], [0, 0, 1]], dtype=np.float32)
     assert float(m.sft_loss(conv(logits), conv(labels), conv(mask))) == pytest.approx(np.log(4), abs=1e-5)

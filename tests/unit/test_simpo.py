@@ -2,6 +2,7 @@
 numbers at two betas, each with gamma 0 and gamma > 0, length normalisation (equal per-token log-probs,
 different lengths: equal SimPO rewards, different summed rewards), masking (tokens after <eos> change
 nothing), the gradient's direction, the bad-input checks and the summary keys."""
+
 import math
 
 import jax
@@ -9,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 TWINS = ["llm/simpo_torch.py", "llm/simpo_jax.py"]
@@ -23,7 +25,9 @@ def simpo(script, pc, pr, lc, lr, beta, gamma):
     """simpo_loss of the script on (B,) lists; returns (loss, chosen rewards, rejected rewards)."""
     m = load_script(script)
     if script.endswith("torch.py"):
-        loss, c, r = m.simpo_loss(*(torch.tensor(x, dtype=torch.float32) for x in (pc, pr, lc, lr)), beta, gamma)
+        loss, c, r = m.simpo_loss(
+            *(torch.tensor(x, dtype=torch.float32) for x in (pc, pr, lc, lr)), beta, gamma
+        )
         return loss.item(), c.numpy(), r.numpy()
     loss, c, r = m.simpo_loss(*(jnp.array(x, dtype=jnp.float32) for x in (pc, pr, lc, lr)), beta, gamma)
     return float(loss), np.asarray(c), np.asarray(r)
@@ -113,8 +117,10 @@ def _logps_and_lengths(script, path, prompts, completions):
     lm = load_script("llm/tinylm_jax.py")
     model, params = lm.load_checkpoint(path)
     J = jnp.asarray
-    return (np.asarray(m.pair_logps(model, params, J(prompts), J(completions), J(mask))),
-            np.asarray(m.completion_lengths(J(mask))))
+    return (
+        np.asarray(m.pair_logps(model, params, J(prompts), J(completions), J(mask))),
+        np.asarray(m.completion_lengths(J(mask))),
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -149,8 +155,8 @@ def test_padding_after_eos_changes_nothing(script, tmp_path):
     noisy = padded.copy()
     for i, e in enumerate(eos_at):
         if padded[i, e] == tasks.EOS:
-            padded[i, e + 1:] = tasks.PAD
-            noisy[i, e + 1:] = rng.integers(2, 12, size=len(noisy[i, e + 1:]))
+            padded[i, e + 1 :] = tasks.PAD
+            noisy[i, e + 1 :] = rng.integers(2, 12, size=len(noisy[i, e + 1 :]))
     assert not np.array_equal(padded, noisy)
     lp_a, len_a = _logps_and_lengths(script, tmp_path / "random.npz", prompts, padded)
     lp_b, len_b = _logps_and_lengths(script, tmp_path / "random.npz", prompts, noisy)
@@ -206,9 +212,23 @@ def test_train_returns_the_llm_summary_keys(script, tmp_path):
     """The keys the LLM comparison table reads (docs/algorithms/llm.md), on the smoke budget."""
     m = load_script(script)
     out = m.train(m.Args(**m.SMOKE_ARGS, log_dir=str(tmp_path), progress=False))
-    for k in ("accuracy_curve", "accuracy_gain_curve", "initial_test_accuracy", "test_accuracy", "accuracy_gain",
-              "kl_to_ref", "sps", "wall_time", "global_step", "run_dir", "losses", "margin_curve",
-              "chosen_logps_curve", "num_pairs", "margin_change"):
+    for k in (
+        "accuracy_curve",
+        "accuracy_gain_curve",
+        "initial_test_accuracy",
+        "test_accuracy",
+        "accuracy_gain",
+        "kl_to_ref",
+        "sps",
+        "wall_time",
+        "global_step",
+        "run_dir",
+        "losses",
+        "margin_curve",
+        "chosen_logps_curve",
+        "num_pairs",
+        "margin_change",
+    ):
         assert k in out, k
     assert out["accuracy_gain"] == pytest.approx(out["test_accuracy"] - out["initial_test_accuracy"])
     assert out["accuracy_curve"][-1][0] == out["global_step"] == len(out["margin_curve"])

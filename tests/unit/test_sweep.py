@@ -1,9 +1,11 @@
 """The seed sweep (tests/sweep.py): finds registered specs, runs seeds on each engine with the same
 figures, and writes the learning suite's files. Value iteration on FrozenLake is the cheap spec
 (seconds per seed)."""
+
 import csv
 
 import pytest
+
 import sweep
 from helpers import run_train
 
@@ -20,19 +22,35 @@ def test_find_specs():
     assert [s.name for s in sweep.find_specs("ppo_torch")] == ["ppo_torch-CartPole-v1"]
     names = [s.name for s in sweep.find_specs("ppo_rlhf_torch")]
     assert "ppo_rlhf_torch-default-beta0" in names and len(names) == 2  # both specs of one script
-    assert [s.name for s in sweep.find_specs("ppo_rlhf_torch-default-beta0")] == ["ppo_rlhf_torch-default-beta0"]
+    assert [s.name for s in sweep.find_specs("ppo_rlhf_torch-default-beta0")] == [
+        "ppo_rlhf_torch-default-beta0"
+    ]
     with pytest.raises(SystemExit, match="no registered learning run"):
         sweep.find_specs("no_such_algo")
 
 
 def test_serial_sweep_writes_the_learning_suite_files(tmp_path):
-    sweep.main([SPEC, "--seeds", "1-2", "--engine", "serial", "--out", str(tmp_path), "--log-dir", str(tmp_path / "runs")])
+    sweep.main(
+        [
+            SPEC,
+            "--seeds",
+            "1-2",
+            "--engine",
+            "serial",
+            "--out",
+            str(tmp_path),
+            "--log-dir",
+            str(tmp_path / "runs"),
+        ]
+    )
     name = "value_iteration_torch-FrozenLake-v1"
     for suffix in (".csv", ".png", ".runs.csv", ".summary.csv"):
         assert (tmp_path / f"{name}{suffix}").exists(), suffix
     runs = read_runs(tmp_path / f"{name}.runs.csv")
-    direct = {s: run_train("algos/value_iteration_torch.py", tmp_path / "direct", seed=s, env_id="FrozenLake-v1")
-              for s in (1, 2)}
+    direct = {
+        s: run_train("algos/value_iteration_torch.py", tmp_path / "direct", seed=s, env_id="FrozenLake-v1")
+        for s in (1, 2)
+    }
     assert runs == {s: pytest.approx(direct[s]["greedy_mean_return"], abs=1e-4) for s in (1, 2)}
     with open(tmp_path / f"{name}.summary.csv") as f:
         summary = {r["aggregate"]: float(r["value"]) for r in csv.DictReader(f)}
@@ -49,7 +67,11 @@ def test_ray_and_process_pool_give_the_serial_figures(tmp_path):
     spec = sweep.find_specs(SPEC)[0]
     serial = sweep.run(spec, [1, 2], "serial", 1, tmp_path / "serial")
     pool = sweep.run(spec, [1, 2], "processes", 2, tmp_path / "pool")
-    assert {s: pool[s]["greedy_mean_return"] for s in (1, 2)} == {s: serial[s]["greedy_mean_return"] for s in (1, 2)}
+    assert {s: pool[s]["greedy_mean_return"] for s in (1, 2)} == {
+        s: serial[s]["greedy_mean_return"] for s in (1, 2)
+    }
     pytest.importorskip("ray", reason="ray is optional (requirements-extra.txt)")
     on_ray = sweep.run(spec, [1, 2], "ray", 2, tmp_path / "ray")
-    assert {s: on_ray[s]["greedy_mean_return"] for s in (1, 2)} == {s: serial[s]["greedy_mean_return"] for s in (1, 2)}
+    assert {s: on_ray[s]["greedy_mean_return"] for s in (1, 2)} == {
+        s: serial[s]["greedy_mean_return"] for s in (1, 2)
+    }

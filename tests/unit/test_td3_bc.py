@@ -1,10 +1,12 @@
 """Tier 1 for TD3+BC: the actor loss and lambda on hand numbers (worked problem), the scale-free
 lambda, the state normaliser's mean and std, the critic's done flag (terminals, not timeouts), the
 saved model carrying its state statistics, and the bad-input checks, in both twins."""
+
 import jax
 import numpy as np
 import pytest
 import torch
+
 from helpers import conv, load_script, run_train
 
 TWINS = ["algos/td3_bc_torch.py", "algos/td3_bc_jax.py"]
@@ -86,9 +88,14 @@ def test_state_normalizer_by_hand(script):
 def test_prepare_dataset_normalises_and_bootstraps_through_timeouts(script):
     m, c = load_script(script), conv(script)
     obs = np.array([[0.0, 10.0], [2.0, 10.0], [4.0, 10.0]], dtype=np.float32)
-    data = {"observations": obs, "next_observations": obs[::-1].copy(), "actions": np.zeros((3, 1), np.float32),
-            "rewards": np.array([1.0, 0.5, 2.0], np.float32), "terminals": np.array([0.0, 1.0, 0.0], np.float32),
-            "timeouts": np.array([0.0, 0.0, 1.0], np.float32)}
+    data = {
+        "observations": obs,
+        "next_observations": obs[::-1].copy(),
+        "actions": np.zeros((3, 1), np.float32),
+        "rewards": np.array([1.0, 0.5, 2.0], np.float32),
+        "terminals": np.array([0.0, 1.0, 0.0], np.float32),
+        "timeouts": np.array([0.0, 0.0, 1.0], np.float32),
+    }
     mean, std = m.state_normalizer(obs)
     arrays = m.prepare_dataset(data, mean, std)
     np.testing.assert_allclose(arrays["obs"][:, 0], [-2 / 1.633993, 0.0, 2 / 1.633993], atol=1e-5)
@@ -96,7 +103,9 @@ def test_prepare_dataset_normalises_and_bootstraps_through_timeouts(script):
     np.testing.assert_allclose(arrays["next_obs"][:, 0], [2 / 1.633993, 0.0, -2 / 1.633993], atol=1e-5)
     np.testing.assert_array_equal(arrays["terminals"], [0.0, 1.0, 0.0])
     # targets, gamma 0.9, min(Q1', Q2') = [4, -2, 6]: 1 + 0.9 * 4 = 4.6; terminal: 0.5; timeout: 2 + 0.9 * 6 = 7.4
-    target = m.td3_target(c(arrays["rewards"]), c(arrays["terminals"]), c([5.0, -2.0, 7.0]), c([4.0, 3.0, 6.0]), 0.9)
+    target = m.td3_target(
+        c(arrays["rewards"]), c(arrays["terminals"]), c([5.0, -2.0, 7.0]), c([4.0, 3.0, 6.0]), 0.9
+    )
     np.testing.assert_allclose(np.asarray(target), [4.6, 0.5, 7.4], atol=1e-6)
 
 
@@ -104,8 +113,14 @@ def test_prepare_dataset_normalises_and_bootstraps_through_timeouts(script):
 def test_target_smoothing_is_clipped_and_stays_in_bounds(script):
     m, c = load_script(script), conv(script)
     # Box [-2, 2] x [0, 1]: scale (2, 0.5). noise 0.3 -> 0.6; 0.9 clipped to 0.5 -> 1.0; -0.9 -> -0.25; 1.15 -> 1
-    out = m.smoothed_target_actions(c([[0.5, 0.9], [1.5, 0.2], [0.0, 0.9]]), c([[0.3, 0.5], [0.9, -0.9], [-0.1, 0.5]]),
-                                    0.5, c([2.0, 0.5]), c([-2.0, 0.0]), c([2.0, 1.0]))
+    out = m.smoothed_target_actions(
+        c([[0.5, 0.9], [1.5, 0.2], [0.0, 0.9]]),
+        c([[0.3, 0.5], [0.9, -0.9], [-0.1, 0.5]]),
+        0.5,
+        c([2.0, 0.5]),
+        c([-2.0, 0.0]),
+        c([2.0, 1.0]),
+    )
     np.testing.assert_allclose(np.asarray(out), [[1.1, 1.0], [2.0, 0.0], [-0.2, 1.0]], atol=1e-6)
 
 
@@ -118,10 +133,12 @@ def test_saved_model_carries_the_state_statistics(script, tmp_path):
         mean, std = saved["state_mean"].numpy(), saved["state_std"].numpy()
     else:
         import flax.serialization
+
         with open(s["model_path"], "rb") as f:
             saved = flax.serialization.msgpack_restore(f.read())
         mean, std = np.asarray(saved["state_mean"]), np.asarray(saved["state_std"])
     import offline_data
+
     want_mean, want_std = m.state_normalizer(offline_data.load_dataset("pendulum-medium")["observations"])
     np.testing.assert_allclose(mean, want_mean, atol=1e-6)
     np.testing.assert_allclose(std, want_std, atol=1e-6)
@@ -138,12 +155,17 @@ def test_discrete_dataset_is_refused_naming_cql_discrete(script, tmp_path):
 
 
 @pytest.mark.parametrize("script", TWINS)
-@pytest.mark.parametrize("bad, match", [(dict(dataset="hopper-medium"), "pendulum-medium"),
-                                        (dict(total_steps=-1), "total_steps"),
-                                        (dict(batch_size=0), "batch_size"),
-                                        (dict(eval_every=0), "eval_every"),
-                                        (dict(alpha=0.0), "alpha"),
-                                        (dict(gamma=1.5), "gamma")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(dataset="hopper-medium"), "pendulum-medium"),
+        (dict(total_steps=-1), "total_steps"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(eval_every=0), "eval_every"),
+        (dict(alpha=0.0), "alpha"),
+        (dict(gamma=1.5), "gamma"),
+    ],
+)
 def test_bad_input_is_refused_before_a_run_directory(script, bad, match, tmp_path):
     m = load_script(script)
     with pytest.raises(ValueError, match=match):

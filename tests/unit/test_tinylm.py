@@ -2,10 +2,12 @@
 verifier (malformed output is wrong), the demonstrator's deliberate mistake, the fixed disjoint
 splits, the preference-pair builder, sequence_logps by hand in both twins, and the checkpoint
 checks (wrong vocabulary, wrong shape, too short a context) that stop a run before any work."""
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+
 from helpers import load_script
 
 tasks = load_script("llm/tasks.py")
@@ -28,19 +30,21 @@ def test_answer_format_is_reversed_and_padded():
 def test_verifier_scores_exact_answers_only():
     ok = tasks.encode("501") + [tasks.EOS]
     pairs = [(57, 48)] * 5
-    completions = [ok,
-                   tasks.encode("591") + [tasks.EOS],              # wrong digit (a dropped carry)
-                   tasks.encode("501") + [5],                      # no <eos>: malformed
-                   tasks.encode("50") + [tasks.EOS, tasks.PAD],    # too short
-                   [tasks.EOS] + [tasks.PAD] * 3]                  # empty answer
+    completions = [
+        ok,
+        tasks.encode("591") + [tasks.EOS],  # wrong digit (a dropped carry)
+        tasks.encode("501") + [5],  # no <eos>: malformed
+        tasks.encode("50") + [tasks.EOS, tasks.PAD],  # too short
+        [tasks.EOS] + [tasks.PAD] * 3,
+    ]  # empty answer
     np.testing.assert_array_equal(tasks.verify(pairs, completions, 2), [1, 0, 0, 0, 0])
 
 
 def test_demonstrator_forgets_inner_carries_only():
     rng = np.random.default_rng(0)
-    assert tasks.demonstrator_answer(57, 48, 2, 0.0, rng) == "501"   # 105, correct
-    assert tasks.demonstrator_answer(57, 48, 2, 1.0, rng) == "590"   # 7+8=15 -> 5, carry lost: 5+4=9, 0
-    assert tasks.demonstrator_answer(95, 10, 2, 1.0, rng) == "501"   # only the final carry: kept
+    assert tasks.demonstrator_answer(57, 48, 2, 0.0, rng) == "501"  # 105, correct
+    assert tasks.demonstrator_answer(57, 48, 2, 1.0, rng) == "590"  # 7+8=15 -> 5, carry lost: 5+4=9, 0
+    assert tasks.demonstrator_answer(95, 10, 2, 1.0, rng) == "501"  # only the final carry: kept
     wrong = [tasks.demonstrator_answer(57, 48, 2, 0.7, rng) != "501" for _ in range(2000)]
     assert abs(np.mean(wrong) - 0.7) < 0.04
 
@@ -49,12 +53,15 @@ def test_inner_carry_marks_exactly_the_problems_the_demonstrator_can_get_wrong()
     pairs = np.array([[57, 48], [12, 34], [19, 1], [95, 10], [50, 50]])
     np.testing.assert_array_equal(tasks.inner_carry(pairs, 2), [True, False, True, False, False])
     # three digits: a carry out of either lower column counts (150+50, 99+1); 100+900 only overflows
-    np.testing.assert_array_equal(tasks.inner_carry(np.array([[150, 50], [99, 1], [100, 900]]), 3),
-                                  [True, True, False])
+    np.testing.assert_array_equal(
+        tasks.inner_carry(np.array([[150, 50], [99, 1], [100, 900]]), 3), [True, True, False]
+    )
     # on every 2-digit problem: the demonstrator with drop_carry 1 is wrong exactly where inner_carry is
     rng = np.random.default_rng(0)
     all_pairs = np.array([(a, b) for a in range(100) for b in range(100)])
-    wrong = [tasks.demonstrator_answer(a, b, 2, 1.0, rng) != tasks.answer_text(a + b, 2) for a, b in all_pairs]
+    wrong = [
+        tasks.demonstrator_answer(a, b, 2, 1.0, rng) != tasks.answer_text(a + b, 2) for a, b in all_pairs
+    ]
     np.testing.assert_array_equal(tasks.inner_carry(all_pairs, 2), wrong)
     assert tasks.inner_carry(all_pairs, 2).mean() == 0.45
 
@@ -83,7 +90,7 @@ def test_preference_pairs_skip_ties_and_flip_at_the_noise_rate():
     prompts = np.zeros((n, 6), dtype=np.int64)
     completions = np.arange(n * k * 4).reshape(n, k, 4)
     rewards = np.zeros((n, k))
-    rewards[: n // 2, 1] = 1.0           # first half: completion 1 is correct, 0 is not
+    rewards[: n // 2, 1] = 1.0  # first half: completion 1 is correct, 0 is not
     pairs = tasks.build_preference_pairs(prompts, completions, rewards, 0.2, np.random.default_rng(0))
     assert len(pairs["chosen"]) == n // 2  # the tied half has no preference
     assert abs(pairs["gold_correct"].mean() - 0.8) < 0.03
@@ -104,8 +111,8 @@ def test_sequence_logps_sums_completion_tokens_only(script):
     out = m.sequence_logps(conv(logits), conv(labels), conv(mask))
     assert float(out[0]) == pytest.approx(-3 * np.log(4), abs=1e-6)
     # a confident correct token contributes ~0; the masked prompt's terrible token contributes nothing
-    logits[0, 0, 3] = 50.0   # position 0 predicts 3, label 0: masked
-    logits[0, 2, 2] = 50.0   # position 2 predicts its label 2
+    logits[0, 0, 3] = 50.0  # position 0 predicts 3, label 0: masked
+    logits[0, 2, 2] = 50.0  # position 2 predicts its label 2
     out = m.sequence_logps(conv(logits), conv(labels), conv(mask))
     assert float(out[0]) == pytest.approx(-2 * np.log(4), abs=1e-5)
 
@@ -117,6 +124,7 @@ def _save(script, path, **config):
         m.save_checkpoint(m.TinyLM(**cfg), path)
     else:
         import jax
+
         model = m.TinyLM(**cfg)
         m.save_checkpoint(model, model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), dtype=jnp.int32)), path)
 
@@ -149,6 +157,7 @@ def test_sampling_stops_at_eos_and_pads(script):
         out = m.sample(model, torch.as_tensor(prompts), 4, 1.0).numpy()
     else:
         import jax
+
         model = m.TinyLM(tasks.VOCAB_SIZE, 16, 32, 1, 2)
         params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), dtype=jnp.int32))
         out, _ = m.sample(model, params, jnp.asarray(prompts), jax.random.PRNGKey(1), 4, 1.0)
@@ -157,4 +166,4 @@ def test_sampling_stops_at_eos_and_pads(script):
     for row in out:
         row = list(row)
         if tasks.EOS in row:
-            assert all(t == tasks.PAD for t in row[row.index(tasks.EOS) + 1:])
+            assert all(t == tasks.PAD for t in row[row.index(tasks.EOS) + 1 :])

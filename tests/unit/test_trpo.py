@@ -1,12 +1,14 @@
 """Tier 1 for TRPO: conjugate gradient on random SPD systems, the Fisher-vector product against the
 explicit Hessian of the mean KL on a small network, the line search's acceptance rule (a rejected
 step leaves the parameters unchanged), the KL by hand, and bad input."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from helpers import load_script, is_torch
+
+from helpers import is_torch, load_script
 
 TWINS = ["algos/trpo_torch.py", "algos/trpo_jax.py"]
 
@@ -18,7 +20,7 @@ def test_conjugate_gradient_solves_spd_system(script, seed):
     rng = np.random.default_rng(seed)
     n = 8
     M = rng.normal(size=(n, n))
-    A = (M @ M.T + n * np.eye(n)).astype(np.float32)   # well-conditioned SPD
+    A = (M @ M.T + n * np.eye(n)).astype(np.float32)  # well-conditioned SPD
     b = rng.normal(size=n).astype(np.float32)
     conv = torch.as_tensor if is_torch(script) else jnp.asarray
     A_t, b_t = conv(A), conv(b)
@@ -77,11 +79,13 @@ def test_rejected_line_search_leaves_parameters_unchanged(script):
     theta = conv(np.array([1.0, -2.0, 0.5], dtype=np.float32))
     step = conv(np.array([1.0, 1.0, 1.0], dtype=np.float32))
     # every candidate breaks the KL constraint (KL = 1 whatever the step)
-    new, accepted, frac = m.line_search(lambda th: (float((th ** 2).sum()), 1.0), theta, step, 0.01, 10)
+    new, accepted, frac = m.line_search(lambda th: (float((th**2).sum()), 1.0), theta, step, 0.01, 10)
     assert not accepted and frac == 0.0
     assert np.array_equal(np.asarray(new), np.asarray(theta))
     # KL fine but the surrogate never improves: also rejected
-    new, accepted, _ = m.line_search(lambda th: (-float(((th - theta) ** 2).sum()), 0.0), theta, step, 0.01, 10)
+    new, accepted, _ = m.line_search(
+        lambda th: (-float(((th - theta) ** 2).sum()), 0.0), theta, step, 0.01, 10
+    )
     assert not accepted and np.array_equal(np.asarray(new), np.asarray(theta))
 
 
@@ -93,7 +97,7 @@ def test_line_search_backtracks_to_the_first_acceptable_fraction(script):
     conv = torch.as_tensor if is_torch(script) else jnp.asarray
     theta = conv(np.zeros(3, dtype=np.float32))
     step = conv(np.ones(3, dtype=np.float32))
-    objective = lambda th: (float(th.sum()), float((th ** 2).sum()))
+    objective = lambda th: (float(th.sum()), float((th**2).sum()))
     new, accepted, frac = m.line_search(objective, theta, step, 0.01, 10)
     assert accepted and frac == 1 / 32
     np.testing.assert_allclose(np.asarray(new), np.full(3, 1 / 32))

@@ -7,9 +7,11 @@ Through the scripts' own training loop (n_step_transition wrapped to record what
 env step starts exactly one stored transition, no window crosses an episode's end, a window is
 shorter than n only at an episode's end (where every shorter tail is stored), and with n = 1 every
 transition is a single step with discount gamma. Bad n_step is refused before any work."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
+
 from helpers import conv, load_script, value_based_scripts
 
 PAIRS = ["dqn", "double_dqn", "dueling_dqn", "per_dqn", "c51", "qr_dqn"]
@@ -18,14 +20,18 @@ SCRIPTS = [f"algos/{name}_{fw}.py" for name in PAIRS for fw in ("torch", "jax")]
 SHORT_CARTPOLE = "CartPoleNStepLimit-v1"
 SHORT_LIMIT = 9
 if SHORT_CARTPOLE not in gym.registry:
-    gym.register(SHORT_CARTPOLE, entry_point=gym.spec("CartPole-v1").entry_point, max_episode_steps=SHORT_LIMIT)
+    gym.register(
+        SHORT_CARTPOLE, entry_point=gym.spec("CartPole-v1").entry_point, max_episode_steps=SHORT_LIMIT
+    )
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_n_step_defaults(script):
     args = load_script(script).Args()
     assert args.n_step == 3 and args.layer_norm is True
-    assert args.gamma == 0.998  # a horizon of ~500 steps, the episode's length (docs/algorithms/dqn.md, the seventh round)
+    assert (
+        args.gamma == 0.998
+    )  # a horizon of ~500 steps, the episode's length (docs/algorithms/dqn.md, the seventh round)
     if "c51" in script:
         # the support must hold CartPole's values: +1 a step, at most 1 / (1 - gamma) = 500
         assert args.v_min < 0.0 and args.v_max >= 1.0 / (1.0 - args.gamma) - 1e-9
@@ -43,9 +49,11 @@ def test_n_step_transition_by_hand(script):
     assert action == 1 and done == 0.0
     assert ret == pytest.approx(1 + 0.9 * 2 + 0.81 * 3)  # 5.23
     np.testing.assert_array_equal(next_obs, o[3])  # bootstrap from s_3 ...
-    assert discount == pytest.approx(0.729)        # ... with gamma^3
+    assert discount == pytest.approx(0.729)  # ... with gamma^3
     # a termination after two steps: the sum stops there and done = 1 (no bootstrap)
-    _, _, ret, _, done, discount = m.n_step_transition([(o[1], 0, 2.0, o[2], False), (o[2], 1, 3.0, o[3], True)], 0.9)
+    _, _, ret, _, done, discount = m.n_step_transition(
+        [(o[1], 0, 2.0, o[2], False), (o[2], 1, 3.0, o[3], True)], 0.9
+    )
     assert ret == pytest.approx(4.7) and done == 1.0 and discount == pytest.approx(0.81)
     # a one-step window is the 2015 DQN's transition: (s, a, r, s', terminated) with discount gamma
     _, _, ret, next_obs, done, discount = m.n_step_transition([(o[2], 1, 3.0, o[3], False)], 0.9)
@@ -82,10 +90,14 @@ def test_projection_with_per_sample_discounts_by_hand(script):
 def test_quantile_target_with_per_sample_discounts_by_hand(script):
     m, c = load_script(script), conv(script)
     next_quantiles = c([[-1.0, 2.0], [-1.0, 2.0], [-1.0, 2.0]])
-    y = np.asarray(m.quantile_target(next_quantiles, c([1.0, 0.5, 3.0]), c([0.0, 0.0, 1.0]), c([0.9, 0.729, 0.81])))
+    y = np.asarray(
+        m.quantile_target(next_quantiles, c([1.0, 0.5, 3.0]), c([0.0, 0.0, 1.0]), c([0.9, 0.729, 0.81]))
+    )
     # r + gamma^k * theta_j; a termination leaves r alone in every quantile
     np.testing.assert_allclose(y, [[0.1, 2.8], [-0.229, 1.958], [3.0, 3.0]], atol=1e-6)
-    y = np.asarray(m.quantile_target(next_quantiles, c([1.0, 0.5, 3.0]), c([0.0, 0.0, 1.0]), 0.9))  # a float gamma
+    y = np.asarray(
+        m.quantile_target(next_quantiles, c([1.0, 0.5, 3.0]), c([0.0, 0.0, 1.0]), 0.9)
+    )  # a float gamma
     np.testing.assert_allclose(y, [[0.1, 2.8], [-0.4, 2.3], [3.0, 3.0]], atol=1e-6)
 
 
@@ -97,12 +109,23 @@ def record_windows(script, n_step, tmp_path, monkeypatch, num_envs=2, total_time
 
     def recording(window, gamma):
         out = real(window, gamma)
-        seen.append(([(np.array(o), int(a), float(r), np.array(n), bool(t)) for o, a, r, n, t in window], out))
+        seen.append(
+            ([(np.array(o), int(a), float(r), np.array(n), bool(t)) for o, a, r, n, t in window], out)
+        )
         return out
+
     monkeypatch.setattr(m, "n_step_transition", recording)
-    args = m.Args(env_id=SHORT_CARTPOLE, num_envs=num_envs, total_timesteps=total_timesteps, learning_starts=200,
-                  batch_size=32, target_network_frequency=50, n_step=n_step, log_dir=str(tmp_path),
-                  progress=False)
+    args = m.Args(
+        env_id=SHORT_CARTPOLE,
+        num_envs=num_envs,
+        total_timesteps=total_timesteps,
+        learning_starts=200,
+        batch_size=32,
+        target_network_frequency=50,
+        n_step=n_step,
+        log_dir=str(tmp_path),
+        progress=False,
+    )
     m.train(args)
     return seen, args.gamma
 
@@ -120,8 +143,8 @@ def test_the_training_loop_stores_n_step_windows(script, n_step, tmp_path, monke
         assert 1 <= k <= n_step
         for (_, _, _, step_next, step_term), (step_obs, _, _, _, _) in zip(window, window[1:]):
             np.testing.assert_array_equal(step_next, step_obs)  # consecutive steps of one episode ...
-            assert not step_term                                # ... never past a termination
-        assert discount == pytest.approx(gamma ** k)
+            assert not step_term  # ... never past a termination
+        assert discount == pytest.approx(gamma**k)
         assert done == float(window[-1][4])
         if n_step == 1:
             assert k == 1 and ret == window[0][2]

@@ -1,11 +1,11 @@
 """Tier 1 for value iteration: worked problem 1 (docs/worked_problems.md), the Bellman system of a
 two-state MDP, in both twins with exact numbers; the contraction; a toy-text model; bad input."""
+
 import gymnasium as gym
-import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
-from helpers import load_script, conv
+
+from helpers import conv, load_script
 
 TWINS = ["algos/value_iteration_torch.py", "algos/value_iteration_jax.py"]
 GAMMA = 0.9
@@ -43,7 +43,9 @@ def test_problem1_value_iteration_q_star_and_greedy_policy(script):
     assert np.asarray(m.greedy_policy(Q)).tolist() == [0, 1]  # stay in 0, move from 1
     # the greedy policy's exact value is V*
     one_hot = c(np.eye(2)[[0, 1]])
-    np.testing.assert_allclose(np.asarray(m.policy_evaluation_linear(c(P), c(R), one_hot, GAMMA)), [10, 11], atol=1e-4)
+    np.testing.assert_allclose(
+        np.asarray(m.policy_evaluation_linear(c(P), c(R), one_hot, GAMMA)), [10, 11], atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -69,7 +71,9 @@ def test_terminal_transitions_bootstrap_nothing(script):
     V = 1 + 0.9 * 0.5 V -> V = 1 / 0.55."""
     m, c = load_script(script), conv(script)
     P, R = np.full((1, 1, 1), 0.5, dtype=np.float32), np.ones((1, 1), dtype=np.float32)
-    assert float(m.policy_evaluation_linear(c(P), c(R), c(np.ones((1, 1))), GAMMA)[0]) == pytest.approx(1 / 0.55, rel=1e-6)
+    assert float(m.policy_evaluation_linear(c(P), c(R), c(np.ones((1, 1))), GAMMA)[0]) == pytest.approx(
+        1 / 0.55, rel=1e-6
+    )
 
 
 def test_mdp_from_env_frozenlake_rows():
@@ -92,7 +96,7 @@ def test_cliffwalking_optimum_is_the_13_step_path(script, tmp_path):
     m = load_script(script)
     s = m.train(m.Args(env_id="CliffWalking-v1", rollout_episodes=3, log_dir=str(tmp_path), progress=False))
     assert s["final_mean_return"] == -13.0
-    expected = -sum(GAMMA ** 0 * 0.99 ** k for k in range(13))
+    expected = -sum(GAMMA**0 * 0.99**k for k in range(13))
     assert s["optimal_start_value"] == pytest.approx(expected, rel=1e-5)
     assert s["greedy_start_value"] == pytest.approx(expected, rel=1e-5)
 
