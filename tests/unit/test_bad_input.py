@@ -1,0 +1,170 @@
+"""Bad input, fuzzed over every script: each numeric flag at its boundaries and out of range.
+
+For every int field of every script's Args the fuzz tries 0 and -1; for every float field 0.0, -1.0,
+1.5 and NaN (a float field that is Optional is fuzzed the same way). Each value, set alone on the
+defaults, must either be refused by the script's `check_args` with a one-line ValueError that names
+the flag (`--num-envs must be >= 1 (got 0)`), or be valid for a reason written in VALID below. The
+command-line form is checked once per script in a subprocess: the same message, prefixed `error: `,
+as the only line on stderr, and exit status 2, as tyro reports its own parse errors.
+
+`python tests/unit/test_bad_input.py` prints the counts: values tried, refused, accepted by design.
+"""
+
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+import types
+import typing
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers import ROOT, load_script, twin_scripts  # noqa: E402
+
+INT_VALUES = (0, -1)
+FLOAT_VALUES = (0.0, -1.0, 1.5, math.nan)
+
+# Values that a check accepts on purpose, keyed by field name: {value: reason}. A value listed here is
+# valid wherever the field appears. Keys are compared with ==, so NaN can never be listed: every float
+# rule must refuse NaN.
+VALID = {}
+
+# The same, for one script only: {script stem without _torch/_jax: {field: {value: reason}}}.
+VALID_IN = {}
+
+
+def numeric_fields(args_cls):
+    """(name, kind) of each int or float field of an Args dataclass; bool and str fields are skipped,
+    and an Optional[int] / Optional[float] field counts as int / float."""
+    hints = typing.get_type_hints(args_cls)
+    fields = []
+    for f in dataclasses.fields(args_cls):
+        hint = hints[f.name]
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+            inner = [a for a in typing.get_args(hint) if a is not type(None)]
+            hint = inner[0] if len(inner) == 1 else None
+        if hint is int:
+            fields.append((f.name, int))
+        elif hint is float:
+            fields.append((f.name, float))
+    return fields
+
+
+def reason_valid(script, field, value):
+    """The reason a fuzzed value is valid, or None."""
+    stem = Path(script).stem.removesuffix("_torch").removesuffix("_jax")
+    for table in (VALID_IN.get(stem, {}), VALID):
+        if value in table.get(field, {}):
+            return table[field][value]
+    return None
+
+
+def flag(field):
+    return "--" + field.replace("_", "-")
+
+
+def fuzz(script):
+    """Try every fuzzed value of every numeric field on the script's check_args.
+
+    Returns (refused, accepted): refused is a list of (field, value, message), accepted of
+    (field, value)."""
+    module = load_script(script)
+    defaults = module.Args()
+    refused, accepted = [], []
+    for field, kind in numeric_fields(module.Args):
+        for value in INT_VALUES if kind is int else FLOAT_VALUES:
+            args = dataclasses.replace(defaults, **{field: value})
+            try:
+                module.check_args(args)
+            except ValueError as err:
+                refused.append((field, value, str(err)))
+            else:
+                accepted.append((field, value))
+    return refused, accepted
+
+
+SCRIPTS = twin_scripts()
+
+
+@pytest.fixture(scope="module")
+def fuzzed():
+    """The fuzz of each script, computed once for the function-level and command-line tests."""
+    cache = {}
+
+    def get(script):
+        if script not in cache:
+            cache[script] = fuzz(script)
+        return cache[script]
+
+    return get
+
+
+def test_the_defaults_pass_their_own_checks():
+    """The fuzz starts from the defaults, so they must be valid themselves."""
+    for script in SCRIPTS:
+        module = load_script(script)
+        module.check_args(module.Args())
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_bad_value_is_refused_naming_its_flag(script, fuzzed):
+    refused, accepted = fuzzed(script)
+    assert refused, f"{script}: no fuzzed value was refused"
+    unnamed = [(f, v, m) for f, v, m in refused if not m.startswith(flag(f)) or "\n" in m]
+    assert not unnamed, f"{script}: refusals that do not start with the fuzzed flag on one line: {unnamed}"
+    unexplained = [(f, v) for f, v in accepted if reason_valid(script, f, v) is None]
+    assert not unexplained, f"{script}: accepted without a reason in VALID / VALID_IN: {unexplained}"
+
+
+def test_every_reason_is_used(fuzzed):
+    """A reason that no script's check needs is stale: the check it excused has changed."""
+    used = set()
+    for script in SCRIPTS:
+        stem = Path(script).stem.removesuffix("_torch").removesuffix("_jax")
+        for field, value in fuzzed(script)[1]:
+            used.add(("*", field, value) if value in VALID.get(field, {}) else (stem, field, value))
+    listed = {("*", f, v) for f, values in VALID.items() for v in values}
+    listed |= {(s, f, v) for s, fields in VALID_IN.items() for f, values in fields.items() for v in values}
+    assert listed <= used, f"stale reasons: {sorted(listed - used, key=str)}"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_command_line_prints_one_line_and_exits_2(script, fuzzed):
+    """One bad flag on the command line: `error: <message>` alone on stderr, status 2, no traceback,
+    before any environment step (the subprocess has seconds, not a training run's minutes)."""
+    refused, _ = fuzzed(script)
+    field, value, message = refused[0]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, script, f"{flag(field)}={value}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [f"error: {message}"], proc.stderr[-2000:]
+
+
+def counts():
+    """(tried, refused, accepted by design) over every script."""
+    tried = refused = accepted = 0
+    for script in SCRIPTS:
+        r, a = fuzz(script)
+        tried += len(r) + len(a)
+        refused += len(r)
+        accepted += len(a)
+    return tried, refused, accepted
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    tried, refused, accepted = counts()
+    print(
+        f"{len(SCRIPTS)} scripts: {tried} bad values tried, {refused} refused, {accepted} accepted by design"
+    )
