@@ -1,4 +1,5 @@
-"""A local Hugging Face causal LM that speaks the addition task -- what `--model PATH` loads in the llm/ torch scripts.
+"""A local Hugging Face causal LM that speaks the addition task: what `--model PATH` loads in the llm/
+torch scripts.
 
 Substrate, not an algorithm: torch + transformers only, and transformers is imported inside the
 functions that need it, so every script imports this module on the core install (no transformers)

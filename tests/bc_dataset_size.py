@@ -7,7 +7,7 @@ seeds, and writes
     docs/assets/curves/bc_dataset_size.png   final return against k (mean over seeds, each seed a dot),
                                              with the expert's reference return
 
-    python tests/bc_dataset_size.py                               # torch twin, k = 1, 2, 5, 10, all; seeds 1-5
+    python tests/bc_dataset_size.py                   # torch twin, k = 1, 2, 5, 10, all; seeds 1-5
     python tests/bc_dataset_size.py --twin jax --episodes 0 --out bc_default_jax   # the default run only
 """
 

@@ -195,7 +195,8 @@ def ddp_main(opts):
                     flush=True,
                 )
     print(
-        "\n| processes x envs each | total envs | steps | median SPS | SPS per process | median launch wall time (s) | runs |"
+        "\n| processes x envs each | total envs | steps | median SPS | SPS per process "
+        "| median launch wall time (s) | runs |"
     )
     print("|---|---|---|---|---|---|---|")
     medians = {}
@@ -258,7 +259,8 @@ def main():
                 )
     return_col = " median final mean return |" if extras else ""  # only in the PPO comparison
     print(
-        f"\n| script | steps | median wall time (s) | median SPS | median gradient steps/s |{return_col} runs |"
+        "\n| script | steps | median wall time (s) | median SPS | median gradient steps/s |"
+        f"{return_col} runs |"
     )
     print("|---|---|---|---|---|" + ("---|" if extras else "") + "---|")
     medians = {}

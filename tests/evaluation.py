@@ -326,7 +326,8 @@ def main():
     agg = summarize(scores)
     print("  " + "  ".join(f"{k} {format_ci(*v)}" for k, v in agg.items()))
     print(
-        f"  min {scores.min():.1f}  max {scores.max():.1f}  median wall {np.median([results[s]['wall_time'] for s in seeds]):.1f} s"
+        f"  min {scores.min():.1f}  max {scores.max():.1f}"
+        f"  median wall {np.median([results[s]['wall_time'] for s in seeds]):.1f} s"
     )
     if opts.json:
         with open(opts.json, "w") as f:

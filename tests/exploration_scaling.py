@@ -1,4 +1,4 @@
-"""Episodes-to-solve against DeepSea size N: the exploration family's scaling plot (issue 15). A driver,
+"""Episodes-to-solve against DeepSea size N: the exploration family's scaling plot. A driver,
 not a test.
 
 For every method, size N and seed it runs the script's train() in this process (tests/helpers.py's

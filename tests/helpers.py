@@ -42,7 +42,7 @@ def twin_scripts():
     return scripts
 
 
-# The value-based family (issue 4): the pairs that share the replay/target-network/annealed-lr skeleton.
+# The value-based family: the pairs that share the replay/target-network/annealed-lr skeleton.
 VALUE_BASED = ("dqn", "double_dqn", "dueling_dqn", "per_dqn", "c51", "qr_dqn", "rainbow")
 
 

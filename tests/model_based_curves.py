@@ -1,8 +1,8 @@
 """Sample efficiency on Pendulum-v1: PETS and MBPO against SAC on the same real steps, for
 docs/algorithms/model_based.md. Not a test.
 
-    python tests/model_based_curves.py                    # SAC (both twins) at 3,000 steps, seeds 1-5, then the figure
-    python tests/model_based_curves.py --pets-logs runs/pets_torch,runs/pets_jax   # first redraw pets.md's figure
+    python tests/model_based_curves.py     # SAC (both twins) at 3,000 steps, seeds 1-5, then the figure
+    python tests/model_based_curves.py --pets-logs runs/pets_torch,runs/pets_jax  # redraw pets.md's too
 
 Runs SAC for 3,000 real steps (15 episodes, `learning_starts=400`: two random episodes as MBPO and
 PETS get one, since its default 5,000 would leave no update) and reads every other run from the
@@ -11,9 +11,12 @@ MBPO from its learning spec's runs (docs/assets/curves/mbpo_{torch,jax}-Pendulum
 defaults, 3,000 steps) and the full 30,000-step SAC curves of the learning suite
 (docs/assets/curves/sac_{torch,jax}-Pendulum-v1.csv). It writes
 
-    docs/assets/curves/model_based_pendulum.runs.csv  every episode of every run (method, twin, seed, episode, step, return)
-    docs/assets/curves/model_based_pendulum.csv       per run: steps until the 5-episode mean first reaches -300, final mean
-    docs/assets/curves/model_based_pendulum.png       5-episode running mean against real steps (log axis), median and range
+    docs/assets/curves/model_based_pendulum.runs.csv  every episode of every run
+                                                      (method, twin, seed, episode, step, return)
+    docs/assets/curves/model_based_pendulum.csv       per run: steps until the 5-episode mean first
+                                                      reaches -300, final mean
+    docs/assets/curves/model_based_pendulum.png       5-episode running mean against real steps
+                                                      (log axis), median and range
 
 Each finished SAC run is cached as JSON under --log-dir (runs/model_based/ by default), so an
 interrupted sweep resumes where it stopped.
@@ -102,7 +105,7 @@ def write_pets_figure(log_dirs):
             f"PETS {twin}: final_mean_return {np.round(finals, 1).tolist()}; "
             f"{int((finals > BAR).sum())} of {len(finals)} better than {BAR:.0f}"
         )
-    ax.axhline(BAR, color="black", ls="--", lw=1, label=f"issue 13's bar ({BAR:.0f})")
+    ax.axhline(BAR, color="black", ls="--", lw=1, label=f"the learning bar ({BAR:.0f})")
     ax.set_xlabel("episode (200 steps each; episode 1 random)")
     ax.set_ylabel("episodic return")
     ax.set_title(f"PETS on Pendulum-v1, {STEPS // 200} episodes = {STEPS:,} steps")
@@ -113,8 +116,8 @@ def write_pets_figure(log_dirs):
 
 
 def read_spec_curves(name):
-    """A learning spec's recorded runs: {(twin, seed): [(step, return)]} from docs/assets/curves/NAME_TWIN-Pendulum-v1.csv
-    and {(twin, seed): wall time in s} from its .runs.csv."""
+    """A learning spec's recorded runs: {(twin, seed): [(step, return)]} from
+    docs/assets/curves/NAME_TWIN-Pendulum-v1.csv and {(twin, seed): wall time in s} from its .runs.csv."""
     runs, wall = {}, {}
     for twin in ("torch", "jax"):
         path = OUT / f"{name}_{twin}-Pendulum-v1.csv"
@@ -238,7 +241,8 @@ def main():
         for method in ("PETS", "MBPO"):
             if medians.get(method):
                 print(
-                    f"  SAC (30k runs) needs {medians['SAC 30k'] / medians[method]:.1f}x the real steps of {method}"
+                    f"  SAC (30k runs) needs {medians['SAC 30k'] / medians[method]:.1f}x"
+                    f" the real steps of {method}"
                 )
 
     import matplotlib

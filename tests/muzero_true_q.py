@@ -5,7 +5,8 @@ It loads a CartPole-v1 model saved by the JAX twin (`python algos/muzero_jax.py 
 writes <run dir>/model.msgpack), plays one greedy episode (the noiseless search, argmax of the visits,
 as the twin's evaluation) and prints how it ends and how fast the cart drifts. The network sizes, the
 search settings and gamma are the defaults of algos/muzero_jax.py's Args (a model of other sizes is
-refused; one trained with another gamma or search would be probed under the defaults'). Then, at the chosen steps of that episode, for each action a it prints
+refused; one trained with another gamma or search would be probed under the defaults'). Then, at
+the chosen steps of that episode, for each action a it prints
 
     model Q(s, a) = r + gamma V(g(s, a))  the model's one-step value: reward and value predicted after
                                           one step of the dynamics network (what the root of the search
@@ -38,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "algos"))
 
 def probe(run_dir, steps=(0, 30, 60, 100, 150), env_seed=777):
     """Play the greedy episode and compare model and true Q at `steps` (see the module docstring).
-    Returns {"length", "end", "terminated", "mean_velocity", "xs", "gamma", "last_value", "rows"}: "xs" the cart
-    position before each step, "last_value" the model's value of the last observation (the bootstrap
-    when the episode was truncated), and one row per probed step that the episode reached:
+    Returns {"length", "end", "terminated", "mean_velocity", "xs", "gamma", "last_value", "rows"}:
+    "xs" the cart position before each step, "last_value" the model's value of the last observation
+    (the bootstrap when the episode was truncated), and one row per probed step that the episode reached:
     {"step", "greedy", "model_value", "model_q": [L, R], "true_q": [L, R], "true_steps": [L, R]}."""
     model_path = os.path.join(run_dir, "model.msgpack")
     if not os.path.isfile(model_path):

@@ -117,7 +117,8 @@ def main():
         print("| " + " | ".join(row) + " |")
     for r in out:
         print(
-            f"  {r['dataset']:18s} {r['method']:22s} seeds {r['scores']}  (median {r['wall_time_median_s']:.0f} s)"
+            f"  {r['dataset']:18s} {r['method']:22s} seeds {r['scores']}"
+            f"  (median {r['wall_time_median_s']:.0f} s)"
         )
     if out:
         path = ROOT / (opts.csv or f"docs/assets/curves/offline_table_{opts.framework}.csv")

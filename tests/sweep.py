@@ -134,7 +134,8 @@ def report(spec, results):
     )
     if spec.floor is not None:
         print(
-            f"  floor {spec.floor:g} (every seed): {sum(v >= spec.floor for v in values)} of {len(values)} seeds reach it"
+            f"  floor {spec.floor:g} (every seed): "
+            f"{sum(v >= spec.floor for v in values)} of {len(values)} seeds reach it"
         )
 
 

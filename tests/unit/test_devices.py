@@ -1,4 +1,4 @@
-"""Devices (issue 17, item 1): every script takes `--cuda` (default on, CleanRL's convention).
+"""Devices: every script takes `--cuda` (default on, CleanRL's convention).
 
 - Every twin script has an Args field `cuda` defaulting to True, in both twins, and reads it
   (a tabular script may instead say that its table stays on the CPU whatever --cuda says).
@@ -35,7 +35,7 @@ NO_CUDA = "needs a CUDA GPU (torch.cuda.is_available() is False)"
 def test_cuda_field_defaults_on_and_is_read(script):
     m = load_script(script)
     fields = {f.name: f for f in dataclasses.fields(m.Args)}
-    assert "cuda" in fields, f"{script}: Args has no `cuda` field (issue 17: every script takes --cuda)"
+    assert "cuda" in fields, f"{script}: Args has no `cuda` field (every script takes --cuda)"
     assert fields["cuda"].default is True, f"{script}: `cuda` must default to True (CleanRL's convention)"
     source = (ROOT / script).read_text()
     assert "args.cuda" in source or HOST_TABLE in source, (

@@ -170,7 +170,7 @@ def test_a_floor_must_lie_below_the_threshold_and_is_asserted_on_every_seed():
 
 
 def test_no_quick_check_rests_on_one_seed():
-    """Issue 18's rule: a seed on another CPU is another draw, so no learning assertion of the default
+    """The rule: a seed on another CPU is another draw, so no learning assertion of the default
     suite may rest on one seed (docs/reproducibility.md)."""
     from registry import REGISTRY
 
