@@ -29,6 +29,7 @@ class LearningSpec:
     metric: str = "final_mean_return"  # key of train()'s summary compared with the threshold
     min_passing: int | None = None  # how many of `seeds` must pass; None = all
     floor: float | None = None  # a lower bar that every seed must reach (with min_passing < all)
+    iqm: float | None = None  # the interquartile mean of the metric over `seeds` must reach this
     quick_min_passing: int | None = None  # how many of `quick_seeds` must pass; None = all
     quick_threshold: float | None = None  # the quick check's bar; None = threshold
     curve: str = "episodic_returns"  # key of the (step, value) curve that is plotted

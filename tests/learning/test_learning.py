@@ -9,14 +9,15 @@ pytest                  (default) each spec's quick_seeds only, nothing written 
 import numpy as np
 import pytest
 
-from evaluation import format_ci, summarize, write_curves, write_run_tables
+from evaluation import format_ci, iqm, summarize, write_curves, write_run_tables
 from helpers import run_train
 from registry import REGISTRY
 
 
-def check(spec, results, needed, threshold, floor=None):
-    """At least `needed` seeds reach `threshold` (and every at_most bound), and every seed reaches
-    `floor` when one is given; print the per-seed figures and the aggregates over seeds."""
+def check(spec, results, needed, threshold, floor=None, iqm_bar=None):
+    """At least `needed` seeds reach `threshold` (and every at_most bound), every seed reaches
+    `floor` and the seeds' IQM reaches `iqm_bar` when given; print the per-seed figures and the
+    aggregates over seeds."""
     values = np.array([r[spec.metric] for r in results.values()])
     report = ", ".join(f"seed {s}: {r[spec.metric]:.2f} ({r['wall_time']:.0f} s)" for s, r in results.items())
     aggregates = "  ".join(f"{k} {format_ci(*v, digits=3)}" for k, v in summarize(values).items())
@@ -38,6 +39,8 @@ def check(spec, results, needed, threshold, floor=None):
         assert not under, (
             f"seeds {under} are below the floor {spec.metric} >= {floor} that every seed must reach: {report}"
         )
+    if iqm_bar is not None:
+        assert iqm(values) >= iqm_bar, f"IQM {iqm(values):.2f} of {spec.metric} is below {iqm_bar}: {report}"
 
 
 @pytest.mark.parametrize("spec", [s for s in REGISTRY if s.quick_seeds], ids=lambda s: s.name)
@@ -64,4 +67,5 @@ def test_learning(spec, tmp_path):
         len(spec.seeds) if spec.min_passing is None else spec.min_passing,
         spec.threshold,
         spec.floor,
+        spec.iqm,
     )
