@@ -1,31 +1,12 @@
 """BC: behavioural cloning, supervised learning of a dataset's actions -- the PyTorch twin.
 
+A policy fitted to an offline dataset's (s, a) pairs, with no reward and no environment step:
+cross-entropy on logits for Discrete actions, MSE through a tanh-squashed actor for Box actions.
 Papers: Pomerleau 1988, "ALVINN: An Autonomous Land Vehicle in a Neural Network" (NeurIPS 1, no
-        arXiv id); Ross & Bagnell 2010, "Efficient Reductions for Imitation Learning" (AISTATS, the
-        T^2 eps compounding-error bound); Ross, Gordon & Bagnell 2011, arXiv:1011.0686 (DAgger).
+        arXiv id); Ross & Bagnell 2010, "Efficient Reductions for Imitation Learning" (AISTATS).
 Twin:   algos/bc_jax.py (`diff algos/bc_torch.py algos/bc_jax.py` shows only the framework).
 Docs:   docs/algorithms/bc.md
-
-The policy is fitted to the (s, a) pairs of an offline dataset (algos/offline_data.py) as a
-supervised problem, with no reward and no environment step during training. Discrete actions
-(CartPole datasets): logits, cross-entropy with the dataset's action, argmax at evaluation. Box
-actions (Pendulum, PointMazeStitch): a deterministic actor mu(s) = scale * tanh(MLP(s)) + bias inside
-the action bounds, mean squared error to the dataset's action. --dataset-episodes k keeps only the
-first k trajectories, to show the compounding error of a small dataset (docs/algorithms/bc.md);
---top-fraction f keeps the fraction f of them with the highest returns (%BC, the Decision Transformer
-paper's baseline: what selecting the data by its return is worth). BC is also the baseline of the
-offline table: it accepts every dataset name.
-
-Verified (tests/): the cross-entropy and MSE losses and the tanh squashing on hand-computed numbers,
-the first-k-trajectories and best-returns cuts (training_rows), bad
-input (unknown dataset listing the valid ones, negative or too many episodes, a fraction outside
-(0, 1], zero sizes) refused before a run directory is written, parity
-with the JAX twin within 1e-5 (losses, their gradients, the policy network on the same weights), a
-smoke run and the same figures twice with the same seed.
-Measured (docs/algorithms/bc.md): pendulum-expert, 5,000 gradient steps, seeds 1-5 gave
--133.6 / -121.8 / -132.9 / -121.0 / -134.2 (the expert: -122..-134 on the same episodes); with only 1 / 2 / 5
-expert trajectories the torch twin's mean over seeds 1-5 was -998 / -724 / -138 (compounding error).
-Reproduce: python algos/bc_torch.py --seed 1
+Run:    python algos/bc_torch.py --seed 1
 """
 
 import os
@@ -54,7 +35,7 @@ class Args:
     dataset_episodes: int = 0
     """use only the first k trajectories of the dataset (0 = all of them)"""
     top_fraction: float = 1.0
-    """keep only this fraction of those trajectories, the highest returns (%BC of the DT paper; 1 = all)"""
+    """keep this fraction of those trajectories, the highest returns (%BC of the DT paper; 1 = all)"""
     total_steps: int = 5_000
     """gradient steps"""
     batch_size: int = 256
@@ -149,21 +130,31 @@ class Policy(nn.Module):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written. Returns the dataset's info."""
-    info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
-    for name in ("total_steps", "batch_size", "hidden_size", "eval_every", "eval_episodes"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
-    if args.learning_rate <= 0:
-        raise ValueError(f"learning_rate = {args.learning_rate} must be positive")
+    """Refuse bad flags before any environment or network is built (one-line ValueError). Returns the
+    dataset's info."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("dataset_episodes", args.dataset_episodes >= 0, ">= 0 (0 = all)"),
+        ("top_fraction", 0 < args.top_fraction <= 1, "in (0, 1]"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
+    if args.dataset not in offline_data.DATASETS:
+        raise ValueError(f"--dataset {args.dataset!r} is unknown; valid: {', '.join(offline_data.DATASETS)}")
+    info = offline_data.dataset_info(args.dataset)
     trajectories = len(offline_data.episode_bounds(offline_data.load_dataset(args.dataset)))
-    if not 0 <= args.dataset_episodes <= trajectories:
+    if args.dataset_episodes > trajectories:
         raise ValueError(
-            f"dataset_episodes = {args.dataset_episodes} must be between 0 (all) and the "
-            f"{trajectories} trajectories of {args.dataset}"
+            f"--dataset-episodes must be <= the {trajectories} trajectories of {args.dataset} "
+            f"(got {args.dataset_episodes})"
         )
-    if not 0 < args.top_fraction <= 1:
-        raise ValueError(f"top_fraction = {args.top_fraction} must be in (0, 1] (1 keeps every trajectory)")
     return info
 
 
@@ -221,6 +212,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
 
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
+    # ---- 1. Setup: run directory, seeding, data, policy, optimiser
     info = check_args(args)
     env_id = info["env_id"]
     script = os.path.basename(__file__).removesuffix(".py")
@@ -234,13 +226,12 @@ def train(args: Args) -> dict:
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    # Intra-op threads: at most two (256-wide layers, as in algos/td3_torch.py); the test suite sets
-    # OMP_NUM_THREADS=1 (tests/conftest.py) and this line keeps that.
+    # Intra-op threads: at most two for the 256-wide layers; a caller's OMP_NUM_THREADS=1 is kept.
     torch.set_num_threads(min(2, torch.get_num_threads()))
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(args.seed)
 
-    # ---- the data: the first dataset_episodes trajectories (all with 0), of those the top_fraction with
+    # The data: the first dataset_episodes trajectories (all with 0), of those the top_fraction with
     # the highest returns (all with 1), on the device
     data = offline_data.load_dataset(args.dataset)
     rows = training_rows(
@@ -269,8 +260,8 @@ def train(args: Args) -> dict:
     start_time = time.time()
     step = 0
     while step < args.total_steps:
-        # ---- gradient steps up to the next log or evaluation point, on minibatches drawn with numpy
-        # (the same draws in both twins)
+        # ---- 2. Update: gradient steps up to the next log or evaluation point, on minibatches drawn
+        # with numpy (the same draws in both twins)
         chunk = min(
             LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step
         )
@@ -289,7 +280,7 @@ def train(args: Args) -> dict:
                 writer.add_scalar(f"losses/{name}", value, step)
             writer.add_scalar("charts/SPS", sps, step)
 
-        # ---- evaluation: the deterministic policy in fresh environments
+        # ---- 3. Evaluation: the deterministic policy in fresh environments
         if step % args.eval_every == 0 or step == args.total_steps:
             returns = run_episodes(act, env_id, args.eval_episodes, args.seed + 10_000)
             for r in returns:
@@ -302,7 +293,8 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
             print(
-                f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {loss.item():.4f}  eval return {last_mean:8.1f}  "
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {loss.item():.4f}  "
+                f"eval return {last_mean:8.1f}  "
                 f"SPS {int(step / (time.time() - start_time)):6,d}",
                 end="",
                 file=sys.stderr,
@@ -311,6 +303,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 4. Summary
     wall_time = time.time() - start_time
     summary = {
         "episodic_returns": episode_returns,
@@ -335,4 +328,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

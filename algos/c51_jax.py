@@ -1,31 +1,15 @@
 """C51: distributional DQN with a categorical return distribution on 51 atoms -- the JAX twin.
 
+Per action the network gives probabilities over fixed atoms on [v_min, v_max]; the target
+distribution r + gamma z is projected back onto the atoms and fitted by cross-entropy.
 Papers: Bellemare, Dabney and Munos 2017, "A Distributional Perspective on Reinforcement
         Learning", arXiv:1707.06887; Mnih et al. 2015 (DQN), Nature 518.
 Twin:   algos/c51_torch.py (`diff algos/c51_torch.py algos/c51_jax.py` shows only the framework).
 Docs:   docs/algorithms/c51.md
-
-Verified (tests/): categorical_projection against hand-computed cases (mass conserved, rewards
-between atoms split to the two nearest, rewards outside [v_min, v_max], terminal transitions),
-categorical_loss by hand, parity with the PyTorch twin within 1e-5 (values and gradients), a smoke
-run, bit-identical curves for two runs with the same seed, count_gradient_steps against a
-brute-force count of the loop (the annealed learning rate's length), and learning, both twins: a
-20-episode mean return >= 450 on CartPole-v1 at 100k steps on every one of seeds 1-5 (pytest
--m learning; seeds 1-20 in docs/algorithms/c51.md). The defaults' 3-step target and
-LayerNorm (issue 18): n_step_transition by hand and through the training loop's own windows
-(tests/unit/test_value_based_n_step.py), the target with per-sample discounts, and the Q-network's
-parity with and without LayerNorm.
-Also verified: exploration_draws gives exactly the draws of one jitted call per env step (the
-block draws change the speed, not the run).
-The target refresh every 100 steps (the ninth round; the other pairs refresh every 500): the
-default's value in tests/unit/test_value_based_n_step.py, its runs in docs/algorithms/c51.md.
-The --al-alpha flag (advantage learning, off by default; every target atom moves down by alpha times
-the action gap): the shift by hand, the shifted distribution's mean through categorical_projection equal
-to the scalar target, twin parity, bad alpha refused, the training loop's branch live
-(tests/unit/test_advantage_learning.py); why it is off here: docs/algorithms/dqn.md, the ninth round.
-Reproduce: python algos/c51_jax.py --seed 1
+Run:    python algos/c51_jax.py --seed 1
 """
 
+import math
 import os
 import random
 import sys
@@ -60,18 +44,18 @@ class Args:
     """Adam learning rate"""
     buffer_size: int = 100_000
     """replay buffer capacity (transitions); the oldest are overwritten first"""
-    gamma: float = 0.998
-    """discount factor (0.998: a horizon of about 500 steps, the episode's length, in which a drift to the edge shows; docs/algorithms/dqn.md)"""
+    gamma: float = 0.99
+    """discount factor"""
     n_atoms: int = 51
     """atoms of the categorical return distribution"""
-    v_min: float = -500.0
-    """smallest atom (return values below it are clipped onto it)"""
-    v_max: float = 500.0
-    """largest atom (return values above it are clipped onto it)"""
+    v_min: float = -100.0
+    """smallest atom (return values below it are clipped onto it; the paper's Atari value: -10)"""
+    v_max: float = 100.0
+    """largest atom (return values above it are clipped onto it; the paper's Atari value: 10)"""
     tau: float = 1.0
     """target network update rate: 1.0 is a hard copy, < 1 Polyak averaging"""
-    target_network_frequency: int = 100
-    """vector-env steps between target network updates (100 since the ninth round: seeds 1-20 of both twins ended at 500.0 and reached 450 by 23k steps; 500, the other pairs' value, gives the earlier defaults' runs back, docs/algorithms/dqn.md)"""
+    target_network_frequency: int = 500
+    """vector-env steps between target network updates"""
     batch_size: int = 128
     """transitions per gradient step"""
     start_e: float = 1.0
@@ -86,14 +70,14 @@ class Args:
     """vector-env steps between gradient steps"""
     max_grad_norm: float = 10.0
     """global gradient-norm clip"""
-    anneal_lr: bool = True
-    """decay the learning rate linearly to 0 over the run's gradient steps (the final policy settles)"""
-    n_step: int = 3
-    """rewards summed into one transition before bootstrapping (multi-step target; 1: the 2015 one-step target)"""
-    layer_norm: bool = True
-    """LayerNorm before each hidden ReLU of the Q-network (--no-layer-norm: the 2015 network)"""
+    anneal_lr: bool = False
+    """decay the learning rate linearly to 0 over the run's gradient steps (off: the paper's constant)"""
+    n_step: int = 1
+    """rewards summed per transition before bootstrapping (1: C51's; 3: Rainbow's, Hessel et al. 2018)"""
+    layer_norm: bool = False
+    """LayerNorm before each hidden ReLU (Ba et al. 2016, arXiv:1607.06450; off: the paper's MLP)"""
     al_alpha: float = 0.0
-    """advantage learning: move every target atom down by al_alpha x (max_b Q_target(s, b) - Q_target(s, a)), widening every action gap by 1 / (1 - al_alpha) (0, the default: the C51 target; 0.9 left 5 of 20 C51 JAX runs below 450 and bought QR-DQN JAX nothing, docs/algorithms/dqn.md, the ninth round)"""
+    """advantage learning (Bellemare et al. 2016): target atoms move down by alpha x the action gap"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -187,14 +171,14 @@ def layer_init(features, std=np.sqrt(2), bias_const=0.0):
 
 
 class QNetwork(nn.Module):
-    """128-128 ReLU MLP, LayerNorm before each hidden ReLU (unless layer_norm is False):
+    """128-128 ReLU MLP (with layer_norm, LayerNorm before each hidden ReLU):
     observation -> logits of n_atoms atoms per action, (B, A, N)."""
 
     num_actions: int
     n_atoms: int
     v_min: float
     v_max: float
-    layer_norm: bool = True
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs):
@@ -261,33 +245,42 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.batch_size > args.buffer_size:
-        raise ValueError(f"batch_size = {args.batch_size} is larger than buffer_size = {args.buffer_size}")
-    if args.learning_starts < args.batch_size:
-        raise ValueError(
-            f"learning_starts = {args.learning_starts} is less than one batch "
-            f"(batch_size = {args.batch_size})"
-        )
-    if args.total_timesteps <= args.learning_starts:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} leaves no training after "
-            f"learning_starts = {args.learning_starts}"
-        )
-    if args.n_atoms < 2 or not args.v_min < args.v_max:
-        raise ValueError(
-            f"need n_atoms >= 2 and v_min < v_max, got {args.n_atoms}, {args.v_min}, {args.v_max}"
-        )
-    if args.n_step < 1:
-        raise ValueError(f"n_step = {args.n_step} must be >= 1 (1 is the one-step target)")
-    if not 0.0 < args.tau <= 1.0:
-        raise ValueError(f"tau = {args.tau} must be in (0, 1]")
-    if not 0.0 <= args.al_alpha < 1.0:
-        raise ValueError(f"al_alpha = {args.al_alpha} must be in [0, 1) (0 is the C51 target)")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("buffer_size", args.buffer_size >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("n_atoms", args.n_atoms >= 2, ">= 2"),
+        ("v_min", math.isfinite(args.v_min), "finite"),
+        ("v_max", math.isfinite(args.v_max), "finite"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("target_network_frequency", args.target_network_frequency >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("start_e", 0 <= args.start_e <= 1, "in [0, 1]"),
+        ("end_e", 0 <= args.end_e <= 1, "in [0, 1]"),
+        ("exploration_fraction", 0 < args.exploration_fraction <= 1, "in (0, 1]"),
+        ("learning_starts", args.learning_starts >= 0, ">= 0"),
+        ("train_frequency", args.train_frequency >= 1, ">= 1"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("n_step", args.n_step >= 1, ">= 1 (1: the one-step target)"),
+        ("al_alpha", 0 <= args.al_alpha < 1, "in [0, 1) (0: the C51 target)"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("v_max", args.v_max > args.v_min, "> --v-min"),
+        ("start_e", args.start_e >= args.end_e, ">= --end-e"),
+        ("buffer_size", args.buffer_size >= args.batch_size, ">= --batch-size"),
+        ("learning_starts", args.learning_starts >= args.batch_size, ">= --batch-size"),
+        ("total_timesteps", args.total_timesteps > args.learning_starts, "> --learning-starts"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"--env-id {args.env_id} has a {type(space).__name__} action space; this script is "
             f"for Discrete actions. For continuous actions use algos/sac_jax.py, "
             f"algos/td3_jax.py or algos/ddpg_jax.py"
         )
@@ -318,6 +311,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, n_atoms, v_min, v_max, lay
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+    # ---- 1. Setup: seeding, environments, networks, optimiser, replay buffer
     num_iterations = args.total_timesteps // args.num_envs
     num_gradient_steps = count_gradient_steps(
         args.total_timesteps, args.num_envs, args.learning_starts, args.train_frequency
@@ -365,9 +359,8 @@ def train(args: Args) -> dict:
         rows = jnp.arange(args.batch_size)
         next_probs = jax.nn.softmax(q_network.apply(target_params, next_obs), axis=-1)  # (B, A, N)
         next_actions = (next_probs * atoms).sum(axis=-1).argmax(axis=-1)
-        if (
-            args.al_alpha > 0.0
-        ):  # advantage learning (off by default, the ninth round): every target atom moves down
+        # advantage learning (off by default): every target atom moves down by alpha x the gap
+        if args.al_alpha > 0.0:
             q_target_obs = (jax.nn.softmax(q_network.apply(target_params, obs), axis=-1) * atoms).sum(axis=-1)
             rewards = rewards - advantage_learning_shift(q_target_obs, actions, args.al_alpha)
         target_probs = categorical_projection(
@@ -411,13 +404,14 @@ def train(args: Args) -> dict:
     obs = np.asarray(envs.reset(seed=args.seed)[0], dtype=np.float32)
 
     for iteration in range(1, num_iterations + 1):
+        # ---- 2. Act: epsilon-greedy, uniform-random during the warm-up
         global_step += args.num_envs
         epsilon = linear_schedule(
             args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
         )
         if global_step <= args.learning_starts:
             epsilon = 1.0  # uniform-random warm-up fills the buffer
-        # ---- act: epsilon-greedy, its coins and random actions drawn a block of steps at a time
+        # the coins and random actions of epsilon-greedy are drawn a block of steps at a time
         j = (iteration - 1) % EXPLORATION_BLOCK
         if j == 0:
             coins, random_actions, key = exploration_draws(
@@ -433,7 +427,7 @@ def train(args: Args) -> dict:
         ep_length += 1
         next_obs = np.asarray(next_obs, dtype=np.float32)
 
-        # ---- store: an ended episode's true last observation is final_obs, not the reset one
+        # ---- 3. Store: an ended episode's true last observation is final_obs, not the reset one
         real_next_obs = transition_next_obs(next_obs, infos)
         for i in range(args.num_envs):
             windows[i].append((obs[i], action[i], reward[i], real_next_obs[i], terminated[i]))
@@ -460,7 +454,7 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
             ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- update: one gradient step on a uniform minibatch every train_frequency steps
+        # ---- 4. Update: one gradient step on a uniform minibatch every train_frequency steps
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b = rng.integers(0, rb_size, args.batch_size)
@@ -484,7 +478,7 @@ def train(args: Args) -> dict:
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     writer.add_scalar("charts/SPS", sps, global_step)
 
-            # ---- target network: hard copy (tau = 1) or Polyak average every C steps
+            # ---- 5. Target network: hard copy (tau = 1) or Polyak average every C steps
             if iteration % args.target_network_frequency == 0:
                 target_params = soft_update(params, target_params)
 
@@ -502,6 +496,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 6. Summary: close, save, evaluate
     envs.close()
     wall_time = time.time() - start_time
     if num_updates > 0:
@@ -539,4 +534,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

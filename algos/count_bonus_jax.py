@@ -1,30 +1,13 @@
-"""Count-based exploration bonus on top of PPO (exact counts or SimHash pseudo-counts) -- the JAX twin.
+"""PPO plus a count-based exploration bonus beta / sqrt(N(phi(s'))) on the reward -- the JAX twin.
+phi(s') is the exact observation on DeepSea and a k-bit SimHash code elsewhere (MountainCar-v0).
 
 Papers: Strehl & Littman 2008, "An analysis of model-based Interval Estimation for Markov Decision
-        Processes", JCSS 74(8) (MBIE-EB: the bonus beta / sqrt(N(s, a)));
-        Tang et al. 2017, "#Exploration: A Study of Count-Based Exploration for Deep Reinforcement
-        Learning", arXiv:1611.04717 (SimHash codes sign(A g(s)) as the counted keys);
+        Processes", JCSS 74(8) (MBIE-EB); Tang et al. 2017, "#Exploration: A Study of Count-Based
+        Exploration for Deep Reinforcement Learning", arXiv:1611.04717 (SimHash counts);
         Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347 (the base).
-Twin:   algos/count_bonus_torch.py (`diff algos/count_bonus_torch.py algos/count_bonus_jax.py` shows only the framework).
+Twin:   algos/count_bonus_torch.py (`diff` the two files: only the framework differs)
 Docs:   docs/algorithms/count_bonus.md
-
-The bonus: after every environment step the key phi(s') of the true next observation is counted
-(increment first), then r_int = bonus_scale / sqrt(N(phi(s'))) is added to the extrinsic reward and
-PPO learns from the sum with one value head. phi is the observation's bytes on DeepSea (one-hot:
-an exact table of counts) and the k-bit SimHash code sign(A g(s)) otherwise (MountainCar-v0).
---bonus-scale 0 is plain PPO with its entropy bonus only: the baseline.
-
-Verified (tests/): count_bonus, update_counts and observation_keys against hand-computed counts on a
-tabular stream (worked problem NN: bonus = beta / sqrt(N(s)) after the increment), simhash's bits
-against sign(A x) by hand on a 2-D example and nearby points sharing a code, compute_gae and
-ppo_policy_loss by hand, parity with the PyTorch twin within 1e-5 (values and gradients), bad flags
-(negative bonus scale, DeepSea size N < 1, simhash_bits < 1) refused before any run directory, a
-smoke run, and learning (pytest -m learning): DeepSea14-v0 solved within 2,011 episodes on seeds 1-5
-while --bonus-scale 0 (entropy-only PPO) fails on the same seeds and budget.
-Measured (docs/algorithms/count_bonus.md): DeepSea14-v0, 28,160 steps, seeds 1-5: solved after torch
-419/409/529/574/429, JAX 449/557/596/416/770 episodes (final 20-episode mean 0.99 each); entropy-only
-PPO never (0.00 each, both twins); episodes-to-solve against N in tests/exploration_scaling.py.
-Reproduce: python algos/count_bonus_jax.py --seed 1
+Run:    python algos/count_bonus_jax.py --seed 1
 """
 
 import os
@@ -283,38 +266,52 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.bonus_scale < 0:
-        raise ValueError(
-            f"bonus_scale = {args.bonus_scale} is negative: the count bonus is "
-            f"beta / sqrt(N) with beta >= 0 (0 turns it off)"
-        )
-    if args.simhash_bits < 1:
-        raise ValueError(f"simhash_bits = {args.simhash_bits}: SimHash needs at least one bit")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    batch_size = args.num_envs * args.num_steps
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("num_steps", args.num_steps >= 1, ">= 1"),
+        ("bonus_scale", args.bonus_scale >= 0, ">= 0 (0 turns the bonus off)"),
+        ("simhash_bits", args.simhash_bits >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("gae_lambda", 0 <= args.gae_lambda <= 1, "in [0, 1]"),
+        ("num_minibatches", args.num_minibatches >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("ent_coef", args.ent_coef >= 0, ">= 0"),
+        ("vf_coef", args.vf_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "num_minibatches",
+            args.num_minibatches >= 1 and batch_size % args.num_minibatches == 0,
+            f"a divisor of --num-envs * --num-steps = {batch_size}",
+        ),
+        (
+            "total_timesteps",
+            args.total_timesteps >= batch_size,
+            f">= one rollout, --num-envs * --num-steps = {batch_size}",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     size = DEEP_SEA_ANY_SIZE.match(args.env_id)
     if size and not 1 <= int(size.group(2)) <= explore_envs.MAX_SIZE:
         raise ValueError(
-            f"{args.env_id}: the DeepSea size N = {size.group(2)} must be in "
+            f"--env-id {args.env_id}: the DeepSea size N = {size.group(2)} must be in "
             f"1..{explore_envs.MAX_SIZE} (N < 1 has no grid)"
         )
     if args.env_id not in gym.registry:
-        raise ValueError(f"{args.env_id} is not a registered environment id")
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches != 0:
-        raise ValueError(
-            f"num_envs * num_steps = {batch_size} is not divisible by "
-            f"num_minibatches = {args.num_minibatches}"
-        )
-    if args.total_timesteps < batch_size:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} is less than one rollout "
-            f"(num_envs * num_steps = {batch_size})"
-        )
+        raise ValueError(f"--env-id {args.env_id} is not a registered environment id")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Discrete "
+            f"actions. For continuous actions use algos/ppo_continuous_jax.py"
         )
 
 
@@ -352,6 +349,7 @@ def train(args: Args) -> dict:
         "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
     )
 
+    # ---- 1. Setup: seeding, environments, networks, optimiser
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -455,7 +453,7 @@ def train(args: Args) -> dict:
     next_obs = np.asarray(envs.reset(seed=args.seed)[0], dtype=np.float32)
 
     for iteration in range(1, num_iterations + 1):
-        # ---- rollout
+        # ---- 2. Rollout
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs_buf[step] = next_obs
@@ -470,7 +468,7 @@ def train(args: Args) -> dict:
             ep_length += 1
             done = terminated | truncated
 
-            # ---- the count bonus on the true s' (final_obs at an episode end): increment, then
+            # The count bonus on the true s' (final_obs at an episode end): increment, then
             # beta / sqrt(N). It is added to the extrinsic reward and is episodic like it (below).
             real_next_obs = np.asarray(transition_next_obs(obs, infos), dtype=np.float32)
             if exact:
@@ -499,13 +497,13 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
                 ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- advantages (bootstrap from the observation after the rollout)
+        # ---- 3. Advantages: GAE, bootstrapped from the observation after the rollout
         last_value = get_value(params, next_obs)
         advantages, returns = compute_gae(
             rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
         )
 
-        # ---- update: epochs x minibatches over the flattened batch
+        # ---- 4. Update: epochs x minibatches over the flattened batch
         batch = {
             "obs": obs_buf.reshape(batch_size, obs_dim),
             "actions": actions_buf.reshape(-1),
@@ -517,6 +515,7 @@ def train(args: Args) -> dict:
         params, opt_state, stats, key = update(params, opt_state, batch, key)
         learning_rate = opt_state[1].hyperparams["learning_rate"]  # the rate this update used
 
+        # ---- 5. Logging
         b_returns, b_values = np.asarray(batch["returns"]), batch["values"]
         var_returns = b_returns.var(ddof=1)
         explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var(ddof=1) / var_returns
@@ -541,6 +540,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 6. Summary: close, save, evaluate
     envs.close()
     wall_time = time.time() - start_time
     returns_only = [r for _, r in episode_returns]
@@ -575,4 +575,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

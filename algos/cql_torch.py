@@ -1,38 +1,14 @@
 """Conservative Q-learning (CQL(H)), offline, continuous or discrete actions -- the PyTorch twin.
 
-Paper:  Kumar, Zhou, Tucker and Levine 2020, "Conservative Q-Learning for Offline Reinforcement
-        Learning", arXiv:2006.04779 (CQL(H), eq. 4; the importance-sampled log-sum-exp of its
-        appendix F). The actor and the temperature are SAC's: Haarnoja et al. 2018, arXiv:1801.01290
-        and arXiv:1812.05905.
+Each critic minimises its Bellman error plus cql_alpha (log sum_a exp Q(s, a) - Q(s, a_data)): SAC's actor
+and an importance-sampled log-sum-exp for Box actions; with --discrete the exact one and a DQN target.
+The Box-action target r + gamma (1 - terminal) min(Q1', Q2')(s', a') has no entropy term; a timeout
+bootstraps, only a termination cuts. --cql-lagrange tunes cql_alpha by dual gradient ascent.
+Paper:  Kumar, Zhou, Tucker & Levine 2020, "Conservative Q-Learning for Offline Reinforcement
+        Learning", arXiv:2006.04779; the actor is SAC's (Haarnoja et al. 2018, arXiv:1801.01290).
 Twin:   algos/cql_jax.py (`diff algos/cql_torch.py algos/cql_jax.py` shows only the framework).
 Docs:   docs/algorithms/cql.md
-
-From a fixed dataset only (algos/offline_data.py), each critic minimises its Bellman error plus
-cql_alpha times the conservative penalty E_s[log sum_a exp Q(s, a)] - E_(s,a)~D[Q(s, a)], which
-pushes Q down on actions the data does not support and up on the data's actions. Continuous actions
-(the default, Pendulum datasets): the log-sum-exp is estimated by importance sampling from
-num_sampled_actions uniform actions and as many from the current policy at s and at s' (each term
-corrected by its proposal's log-density); the actor is SAC's tanh-Gaussian with the automatic
-temperature (--autotune). --discrete (CartPole datasets): one Q network over the actions, the exact
-log-sum-exp over all actions, and a DQN target max_a' Q_target(s', a') from a Polyak target network.
-The continuous target is r + gamma (1 - terminal) min(Q1', Q2')(s', a'), a' ~ pi(s'), with no entropy
-term (CQL's default); timeouts are not terminals: the target bootstraps through them.
-
-Verified (tests/): cql_penalty is 0 when every sampled action is the dataset action (the log-sum-exp
-of K equal values minus log K is the value) and positive otherwise, and on hand numbers (worked
-problem "the conservative penalty") in both the importance-sampled and the discrete form;
-tanh_log_det_jacobian against the direct form; the targets ignore timeouts and cut at terminals;
-lagrange_loss (--cql-lagrange) on hand numbers, and its weight moving the penalty towards the threshold;
-bad input (unknown dataset, a --discrete flag that does not match the dataset's actions, sizes < 1)
-refused before a run directory is written; parity with the JAX twin within 1e-5 (every module-level
-function, the loss gradients, the networks on the same weights); a smoke run and the same figures
-twice with the same seed.
-Measured (docs/algorithms/cql.md): pendulum-replay at the defaults (6k gradient steps), seeds 1-5
-of both twins: normalised score 101.1-102.5 on every seed (IQM 101.7 in both twins; the expert is
-100), against 24.5 for the behaviour policy (the dataset's mean return); --discrete on
-cartpole-replay: 500 at every evaluation (seed 1, both twins). Not solved: pendulum-expert (narrow
-data), 27.7 on seed 1, and not with --cql-lagrange either (see the docs page).
-Reproduce: python algos/cql_torch.py --seed 1
+Run:    python algos/cql_torch.py --seed 1
 """
 
 import os
@@ -58,9 +34,9 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     dataset: str = "pendulum-replay"
-    """offline dataset (algos/offline_data.py): pendulum-* or pointmaze-stitch; cartpole-* with --discrete"""
+    """offline dataset (algos/offline_data.py): pendulum-*, pointmaze-stitch; cartpole-* with --discrete"""
     discrete: bool = False
-    """discrete actions (the CartPole datasets): a Q network over the actions, exact log-sum-exp, DQN target"""
+    """discrete actions (CartPole datasets): a Q network over the actions, exact log-sum-exp, DQN target"""
     total_steps: int = 6_000
     """gradient steps"""
     batch_size: int = 256
@@ -70,25 +46,25 @@ class Args:
     tau: float = 0.005
     """Polyak coefficient of the target critics: target <- tau * online + (1 - tau) * target"""
     q_lr: float = 1e-3
-    """Adam learning rate of the critics"""
+    """Adam learning rate of the critics (CORL: 3e-4)"""
     policy_lr: float = 3e-4
-    """Adam learning rate of the actor (continuous only)"""
+    """Adam learning rate of the actor, continuous only (CORL: 3e-5)"""
     alpha_lr: float = 3e-4
     """Adam learning rate of log alpha (automatic temperature, continuous only)"""
     alpha: float = 0.2
-    """entropy temperature: the fixed value, or the initial value with --autotune"""
+    """entropy temperature: the fixed value, or the initial value with --autotune (CORL: 1)"""
     autotune: bool = True
     """tune alpha so that the policy's entropy tracks the target -dim(A)"""
     cql_alpha: float = 5.0
-    """weight of the conservative penalty in each critic's loss: the fixed value, or the initial value with --cql-lagrange"""
+    """weight of the conservative penalty, or its initial value with --cql-lagrange (CORL: 10)"""
     cql_lagrange: bool = False
-    """tune the penalty weight by dual gradient ascent so that the penalty settles at --lagrange-threshold"""
+    """tune the penalty weight by dual gradient ascent so that the penalty settles at the threshold"""
     lagrange_threshold: float = 10.0
     """the penalty level tau the tuned weight aims for (--cql-lagrange only); its step size is q_lr"""
     num_sampled_actions: int = 5
-    """actions per state from each proposal (uniform, pi(s), pi(s')) in the importance-sampled log-sum-exp"""
+    """actions per state from each proposal (uniform, pi(s), pi(s')) in the log-sum-exp (CORL: 10)"""
     hidden_size: int = 64
-    """width of the two hidden layers of the actor and of each critic"""
+    """width of the two hidden layers of the actor and of each critic (CORL: three of 256)"""
     eval_every: int = 1_000
     """gradient steps between evaluations"""
     eval_episodes: int = 10
@@ -272,30 +248,40 @@ class Actor(nn.Module):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written. Returns the dataset's info."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError). Returns the
+    dataset's info."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("q_lr", args.q_lr > 0, "> 0"),
+        ("policy_lr", args.policy_lr > 0, "> 0"),
+        ("alpha_lr", args.alpha_lr > 0, "> 0"),
+        ("alpha", args.alpha > 0 if args.autotune else args.alpha >= 0, "> 0 (>= 0 with --no-autotune)"),
+        ("cql_alpha", args.cql_alpha >= 0, ">= 0 (0: no penalty)"),
+        ("lagrange_threshold", abs(args.lagrange_threshold) < float("inf"), "a finite number"),
+        ("num_sampled_actions", args.num_sampled_actions >= 1, ">= 1"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "cql_alpha",
+            args.cql_alpha > 0 or not args.cql_lagrange,
+            "> 0 with --cql-lagrange (it tunes the log)",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.dataset not in offline_data.DATASETS:
-        raise ValueError(
-            f"unknown dataset {args.dataset!r}; choose one of {', '.join(offline_data.DATASETS)}"
-        )
-    for name in (
-        "total_steps",
-        "batch_size",
-        "hidden_size",
-        "num_sampled_actions",
-        "eval_every",
-        "eval_episodes",
-    ):
-        if getattr(args, name) < 1:
-            raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
-    if args.cql_alpha < 0:
-        raise ValueError(f"cql_alpha = {args.cql_alpha} must be >= 0")
-    if args.cql_lagrange and args.cql_alpha <= 0:
-        raise ValueError(
-            f"--cql-lagrange tunes log(cql_alpha): its initial cql_alpha = {args.cql_alpha} must be > 0"
-        )
+        raise ValueError(f"--dataset {args.dataset!r} is unknown; valid: {', '.join(offline_data.DATASETS)}")
     info = offline_data.dataset_info(args.dataset)
     if info["discrete"] and not args.discrete:
-        raise ValueError(f"{args.dataset} has discrete actions: pass --discrete (the Q network over actions)")
+        raise ValueError(
+            f"--dataset {args.dataset} has discrete actions: pass --discrete (a Q network over actions)"
+        )
     if args.discrete and not info["discrete"]:
         raise ValueError(
             f"--discrete was given but {args.dataset} has continuous (Box) actions: drop --discrete"
@@ -361,6 +347,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size, discrete):
 
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
+    # ---- 1. Setup: run directory, seeding, data, networks, optimisers
     info = check_args(args)
     env_id = info["env_id"]
     script = os.path.basename(__file__).removesuffix(".py")
@@ -377,7 +364,7 @@ def train(args: Args) -> dict:
     torch.set_num_threads(1)  # 64-wide networks: a second thread costs more in hand-offs than it saves
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
-    # ---- the data: small enough to live on the device whole; each batch is indexed there
+    # The data: small enough to live on the device whole; each batch is indexed there
     data = offline_data.load_dataset(args.dataset)
     size = len(data["rewards"])
     D = {name: torch.as_tensor(data[name], device=device) for name in offline_data.ARRAY_KEYS}
@@ -430,7 +417,7 @@ def train(args: Args) -> dict:
     cql_alpha_optimizer = torch.optim.Adam([log_cql_alpha], lr=args.q_lr)
 
     def penalty_weight():
-        """The weight of the penalty in this step's critic loss; the tuned one capped at 1e6 as in CQL's code."""
+        """The penalty weight of this step's critic loss; the tuned one capped at 1e6 as in CQL's code."""
         return log_cql_alpha.detach().exp().clamp(max=1e6) if args.cql_lagrange else args.cql_alpha
 
     def tune_penalty_weight(step_losses):
@@ -539,20 +526,21 @@ def train(args: Args) -> dict:
     losses, last_print = {}, 0.0
     start_time = time.time()
     for step in range(1, args.total_steps + 1):
-        idx = torch.as_tensor(np.random.randint(0, size, size=B), device=device)
+        # ---- 2. Update: gradient steps on uniform minibatches of the dataset (timeouts bootstrap)
+        rows = torch.as_tensor(np.random.randint(0, size, size=B), device=device)
         batch = tuple(
-            D[k][idx] for k in ("observations", "actions", "rewards", "next_observations", "terminals")
+            D[k][rows] for k in ("observations", "actions", "rewards", "next_observations", "terminals")
         )  # timeouts bootstrap
         step_losses = (discrete_step if args.discrete else continuous_step)(batch)
 
         if step % LOG_EVERY == 0 or step == args.total_steps:
-            losses = {name: value.item() for name, value in step_losses.items()}
+            losses = {name: float(value) for name, value in step_losses.items()}
             sps = int(step / (time.time() - start_time))
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, step)
             writer.add_scalar("charts/SPS", sps, step)
 
-        # ---- evaluation: the deterministic policy, fresh environments seeded seed + 10_000 + i
+        # ---- 3. Evaluation: the deterministic policy, fresh environments seeded seed + 10_000 + i
         if step % args.eval_every == 0 or step == args.total_steps:
             last_returns = run_episodes(policy, env_id, args.eval_episodes, args.seed + 10_000)
             episode_returns += [(step, float(r)) for r in last_returns]
@@ -575,6 +563,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 4. Summary
     wall_time = time.time() - start_time
     final_mean_return = float(last_returns.mean())
     summary = {
@@ -602,4 +591,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

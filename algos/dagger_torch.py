@@ -1,33 +1,14 @@
 """DAgger: dataset aggregation, imitation with the expert labelling the learner's states -- the PyTorch twin.
 
+Iteration 0 rolls out the scripted expert; iteration i rolls out the mixture that executes the expert's
+action with probability beta_i = beta_decay ** i. The expert labels every visited state, the pairs join
+the aggregate D, and the policy (BC's) is retrained on all of D. A BC baseline trained on as many
+expert-only labels is reported beside it, at equal labels (dagger_return, bc_return).
 Paper:  Ross, Gordon & Bagnell 2011, "A Reduction of Imitation Learning and Structured Prediction to
         No-Regret Online Learning", arXiv:1011.0686 (AISTATS 2011).
 Twin:   algos/dagger_jax.py (`diff algos/dagger_torch.py algos/dagger_jax.py` shows only the framework).
 Docs:   docs/algorithms/dagger.md
-
-Behavioural cloning trains on the states the expert visits and is then run on the states the
-learner visits; its mistakes take it where it has no data. DAgger collects data where the learner
-goes: iteration 0 rolls out the expert (beta_0 = 1); iteration i rolls out the mixture that executes
-the expert's action with probability beta_i = beta_decay ** i and the learner's otherwise (the
-classic schedule, beta_decay = 0: the learner alone from iteration 1 on). The scripted expert
-(algos/offline_data.py, expert_policy) labels EVERY visited state, the labelled pairs are added to
-the aggregate D (exactly labels_per_iteration of them per iteration), and the policy is retrained on
-all of D (from scratch, as in the paper; --warm-start continues from the previous weights).
-The same run trains a BC baseline on the same number of expert labels from expert-only rollouts
-(beta = 1 at every iteration; same seeds, so iteration 0 is the same for both), and reports both
-returns at equal labels: dagger_return and bc_return. The policy is BC's (algos/bc_torch.py):
-logits and cross-entropy for Discrete actions, a tanh-squashed deterministic actor and MSE for Box.
-
-Verified (tests/): the beta schedule and the mixture's choice of action on hand numbers, the
-aggregate (D grows by exactly labels_per_iteration pairs per iteration, every pair labelled by the
-expert, including the learner's states), the losses on hand numbers, bad input (an environment
-without a scripted expert, zero sizes, beta_decay outside [0, 1]) refused before a run directory is
-written, parity with the JAX twin within 1e-5 (losses, gradients, the network on the same weights),
-a smoke run and the same figures twice with the same seed.
-Measured (docs/algorithms/dagger.md): Pendulum-v1, 10 iterations x 200 labels, seeds 1-5: DAgger
--174 / -122 / -133 / -121 / -134, BC at the same 2,000 expert labels -450 / -499 / -183 / -210 / -954
-(the expert -121..-134 on the same episodes); registered: DAgger >= -250 on every seed.
-Reproduce: python algos/dagger_torch.py --seed 1
+Run:    python algos/dagger_torch.py --seed 1
 """
 
 import os
@@ -52,13 +33,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
-    """environment with a scripted expert in algos/offline_data.py (CartPole-v1, Pendulum-v1, PointMazeStitch-v0)"""
+    """environment with a scripted expert: CartPole-v1, Pendulum-v1 or PointMazeStitch-v0"""
     iterations: int = 10
     """DAgger iterations; iteration 0 rolls out the expert alone"""
     labels_per_iteration: int = 200
-    """environment steps rolled out per iteration: the expert labels each visited state, so D grows by this many pairs"""
+    """environment steps per iteration; the expert labels each visited state, so D grows by as many"""
     beta_decay: float = 0.0
-    """beta_i = beta_decay ** i, the probability of executing the expert's action at iteration i (0: 1 then 0)"""
+    """beta_i = beta_decay ** i, the probability of executing the expert's action (0: 1, then 0)"""
     gradient_steps: int = 1_000
     """gradient steps on the aggregate D after each iteration"""
     warm_start: bool = False
@@ -165,26 +146,26 @@ class Policy(nn.Module):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written."""
-    offline_data.expert_policy(
-        args.env_id
-    )  # an environment without a scripted expert lists the ones there are
-    for name in (
-        "iterations",
-        "labels_per_iteration",
-        "gradient_steps",
-        "batch_size",
-        "hidden_size",
-        "eval_episodes",
-    ):
-        if getattr(args, name) < 1:
-            raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
-    if not 0.0 <= args.beta_decay <= 1.0:
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("iterations", args.iterations >= 1, ">= 1"),
+        ("labels_per_iteration", args.labels_per_iteration >= 1, ">= 1"),
+        ("beta_decay", 0 <= args.beta_decay <= 1, "in [0, 1] (beta_i = beta_decay ** i is a probability)"),
+        ("gradient_steps", args.gradient_steps >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
+    if args.env_id not in offline_data.EXPERTS:
         raise ValueError(
-            f"beta_decay = {args.beta_decay} must be in [0, 1] (beta_i = beta_decay ** i is a probability)"
+            f"--env-id {args.env_id!r} has no scripted expert; "
+            f"experts exist for {sorted(offline_data.EXPERTS)}"
         )
-    if args.learning_rate <= 0:
-        raise ValueError(f"learning_rate = {args.learning_rate} must be positive")
 
 
 def policy_head(env_id):
@@ -265,6 +246,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
 
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
+    # ---- 1. Setup: run directory, seeding, environment, expert, the two learners
     check_args(args)
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
@@ -278,8 +260,7 @@ def train(args: Args) -> dict:
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    # Intra-op threads: at most two (256-wide layers, as in algos/td3_torch.py); the test suite sets
-    # OMP_NUM_THREADS=1 (tests/conftest.py) and this line keeps that.
+    # Intra-op threads: at most two for the 256-wide layers; a caller's OMP_NUM_THREADS=1 is kept.
     torch.set_num_threads(min(2, torch.get_num_threads()))
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
@@ -343,7 +324,7 @@ def train(args: Args) -> dict:
     for iteration in range(args.iterations):
         for learner in learners:
             beta = beta_schedule(iteration, args.beta_decay) if learner["name"] == "dagger" else 1.0
-            # ---- roll out, let the expert label every visited state, aggregate, retrain on all of D
+            # ---- 2. Rollout: the mixture acts (beta), the expert labels every visited state
             observations, labels, rollout_returns = rollout_and_label(
                 env,
                 learner["act"],
@@ -353,12 +334,13 @@ def train(args: Args) -> dict:
                 learner["rng"],
                 args.seed + 20_000 + 1_000 * iteration,
             )
+            # ---- 3. Aggregate and retrain: D <- D u {(s, expert(s))}, then the policy on all of D
             learner["size"] = aggregate(
                 learner["obs"], learner["labels"], learner["size"], observations, labels
             )
             losses[f"{learner['name']}_loss"] = retrain(learner)
 
-            # ---- evaluation of the deterministic learner in fresh environments
+            # ---- 4. Evaluation: the deterministic learner in fresh environments
             returns = run_episodes(learner["act"], args.env_id, args.eval_episodes, args.seed + 10_000)
             labels_so_far = learner["size"]
             learner["curve"].append((labels_so_far, float(returns.mean())))
@@ -380,7 +362,8 @@ def train(args: Args) -> dict:
             last_print = time.time()
             curves = "  ".join(f"{learner['name']} {learner['curve'][-1][1]:8.1f}" for learner in learners)
             print(
-                f"\riteration {iteration + 1}/{args.iterations}  labels {dataset_sizes[-1]:,d}  return {curves}  "
+                f"\riteration {iteration + 1}/{args.iterations}  labels {dataset_sizes[-1]:,d}  "
+                f"return {curves}  "
                 f"expert {expert_return:8.1f}  SPS {sps:5,d}",
                 end="",
                 file=sys.stderr,
@@ -389,6 +372,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 5. Summary
     env.close()
     wall_time = time.time() - start_time
     dagger_return = learners[0]["curve"][-1][1]
@@ -423,4 +407,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

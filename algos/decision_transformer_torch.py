@@ -1,33 +1,14 @@
 """Decision Transformer: offline RL as return-conditioned sequence modelling -- the PyTorch twin.
 
+A small causal transformer (its own GPT) reads the last K timesteps as 3K tokens (R_1, s_1, a_1, ...),
+R_t the undiscounted return-to-go divided by return_scale, and predicts each a_t from the output at its
+state token (MSE; tanh into the action bounds). At test time it is given a target return, which falls
+by every reward received; several targets are evaluated, and the score follows primary_target.
 Paper:  Chen et al. 2021, "Decision Transformer: Reinforcement Learning via Sequence Modeling",
         arXiv:2106.01345.
 Twin:   algos/decision_transformer_jax.py (`diff` the two files: only the framework differs).
 Docs:   docs/algorithms/decision_transformer.md
-
-A small causal transformer (its own GPT, written here) reads the last K timesteps of a trajectory as
-3K tokens (R_1, s_1, a_1, R_2, s_2, a_2, ...), where R_t is the undiscounted return-to-go divided by
-a constant (return_scale: 1000 on Pendulum, 1 on the stitch maze), and predicts each action a_t from
-the output at the state token s_t (MSE; tanh scaled to the action bounds). At test time it is given a
-target return, which falls by every reward received; several targets are evaluated.
-
-Verified (tests/): returns_to_go and the left-padded windows (gather_windows) on hand numbers, the
-interleaved tokens and the masked action loss, padding invariance (a left-padded short window
-predicts the same actions at its real positions as the unpadded one) and causality (changing a
-later token leaves every earlier prediction unchanged), primary_target on hand numbers and on every
-dataset, a LayerNorm erasing a scalar token's scale (hand numbers) and the modality embeddings' init,
-bad input refused before a run directory is written, parity with the JAX twin (every module-level
-function, the loss gradients, the transformer on the same weights within 1e-5), a smoke run and the
-same figures twice with the same seed.
-Measured (docs/algorithms/decision_transformer.md; defaults, 5,000 gradient steps, seeds 1-5 of both
-twins, Intel Xeon, 2026-12-06; normalised, torch / JAX IQM, at primary_target): pendulum-medium 70.2 /
-68.8 and pendulum-replay 43.8 / 49.8 at target -400, against BC's 53.7 / 54.1 and 27.3 / 28.3: DT
-is ahead of BC on 19 of the 20 seed pairs, where until 2026-12-06 (GPT-2 init everywhere and a
-LayerNorm on the tokens, which erased the return token's scale) it tied BC; %BC (BC on the best
-10%) still scores 88.5 on medium. pendulum-medium-expert 97.6 / 98.1 at -150 (BC 72.5).
-pointmaze-stitch at target 1: 49.5 (the decoy) on every seed of both twins, it does not stitch
-start -> waypoint -> goal.
-Reproduce: python algos/decision_transformer_torch.py --seed 1
+Run:    python algos/decision_transformer_torch.py --seed 1
 """
 
 import os
@@ -55,31 +36,31 @@ class Args:
     dataset: str = "pendulum-replay"
     """offline dataset (algos/offline_data.py); Box actions only"""
     total_steps: int = 5_000
-    """gradient steps"""
+    """gradient steps (paper: 100k)"""
     batch_size: int = 32
-    """windows of context_len timesteps per gradient step"""
+    """windows of context_len timesteps per gradient step (paper: 64)"""
     learning_rate: float = 1e-3
-    """AdamW learning rate (after the linear warm-up)"""
+    """AdamW learning rate after the linear warm-up (paper: 1e-4)"""
     weight_decay: float = 1e-4
     """AdamW weight decay"""
     warmup_steps: int = 100
-    """the learning rate rises linearly from learning_rate / warmup_steps to learning_rate"""
+    """the learning rate rises linearly from learning_rate / warmup_steps to it (paper's code: 10k)"""
     max_grad_norm: float = 0.25
     """gradients are clipped to this global norm"""
     context_len: int = 10
-    """K: timesteps in the context (3K tokens)"""
+    """K: timesteps in the context, 3K tokens (paper: 20)"""
     embed_dim: int = 64
-    """width of the token embeddings and of the transformer"""
+    """width of the token embeddings and of the transformer (paper: 128)"""
     n_layer: int = 2
-    """transformer blocks"""
+    """transformer blocks (paper: 3)"""
     n_head: int = 1
     """attention heads per block (must divide embed_dim)"""
     return_scale: float = 0.0
     """returns-to-go are divided by this; 0 picks the environment's (RETURN_SCALE)"""
     embed_layernorm: bool = False
-    """LayerNorm on the token embeddings, as in the paper's code (off: it erases the return token's scale, docs)"""
+    """LayerNorm on the token embeddings, as in the paper's code (it erases the return token's scale)"""
     target_returns: tuple[float, ...] = ()
-    """returns to condition the evaluation on; () picks the environment's (TARGET_RETURNS); the score follows primary_target"""
+    """returns to condition the evaluation on; () picks TARGET_RETURNS; the score follows primary_target"""
     eval_every: int = 500
     """gradient steps between evaluations"""
     eval_episodes: int = 10
@@ -176,7 +157,7 @@ def dt_action_loss(predicted, actions, mask):
 
 # ----------------------------------------------------------------------------- networks
 class Block(nn.Module):
-    """Pre-LN transformer block: LayerNorm -> masked self-attention -> residual, LayerNorm -> ReLU MLP -> residual."""
+    """Pre-LN transformer block: LN -> masked self-attention -> residual, LN -> ReLU MLP -> residual."""
 
     def __init__(self, embed_dim, n_head):
         super().__init__()
@@ -212,8 +193,8 @@ class DecisionTransformer(nn.Module):
     Off by default: the residual stream then carries w R + b + e_t itself (each block still normalises
     its own input). The three modality embeddings start as in the paper's code (torch's default
     nn.Linear init, weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))), the rest as GPT-2 does
-    (N(0, 0.02^2), zero biases). Measured, the GPT-2 init everywhere plus the LayerNorm (this script
-    until 2026-12-06) against this: docs/algorithms/decision_transformer.md."""
+    (N(0, 0.02^2), zero biases). GPT-2's init everywhere plus the LayerNorm, measured against this:
+    docs/algorithms/decision_transformer.md."""
 
     def __init__(
         self,
@@ -245,9 +226,7 @@ class DecisionTransformer(nn.Module):
                 nn.init.uniform_(p, -1.0 / np.sqrt(fan_in), 1.0 / np.sqrt(fan_in))
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
-            elif (
-                p.dim() == 2
-            ):  # the timestep embedding and the transformer's weights N(0, 0.02^2); LayerNorm gains 1
+            elif p.dim() == 2:  # the timestep embedding and the transformer's weights; LayerNorm gains stay 1
                 nn.init.normal_(p, std=0.02)
 
     def forward(self, returns_to_go, states, actions, timesteps, mask):
@@ -269,30 +248,37 @@ class DecisionTransformer(nn.Module):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written. Returns the dataset's info."""
-    info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
+    """Refuse bad flags before any environment or network is built (one-line ValueError). Returns the
+    dataset's info."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("weight_decay", args.weight_decay >= 0, ">= 0"),
+        ("warmup_steps", args.warmup_steps >= 1, ">= 1"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("context_len", args.context_len >= 1, ">= 1"),
+        ("embed_dim", args.embed_dim >= 1, ">= 1"),
+        ("n_layer", args.n_layer >= 1, ">= 1"),
+        ("n_head", args.n_head >= 1, ">= 1"),
+        ("return_scale", args.return_scale >= 0, ">= 0 (0: the environment's)"),
+        ("target_returns", all(abs(t) < float("inf") for t in args.target_returns), "finite numbers"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("embed_dim", args.n_head >= 1 and args.embed_dim % args.n_head == 0, "divisible by --n-head"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
+    if args.dataset not in offline_data.DATASETS:
+        raise ValueError(f"--dataset {args.dataset!r} is unknown; valid: {', '.join(offline_data.DATASETS)}")
+    info = offline_data.dataset_info(args.dataset)
     if info["discrete"]:
         raise ValueError(
-            f"{args.dataset} has discrete actions; this script is for Box actions. For "
+            f"--dataset {args.dataset} has discrete actions; this script is for Box actions. For "
             f"discrete offline data use algos/bc_torch.py or algos/cql_torch.py"
         )
-    for name in (
-        "total_steps",
-        "batch_size",
-        "context_len",
-        "embed_dim",
-        "n_layer",
-        "n_head",
-        "eval_every",
-        "eval_episodes",
-        "warmup_steps",
-    ):
-        if getattr(args, name) < 1:
-            raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
-    if args.embed_dim % args.n_head:
-        raise ValueError(f"embed_dim = {args.embed_dim} is not divisible by n_head = {args.n_head}")
-    if args.return_scale < 0:
-        raise ValueError(f"return_scale = {args.return_scale} must be positive (or 0 for the environment's)")
     return info
 
 
@@ -383,6 +369,7 @@ def evaluate(
 
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
+    # ---- 1. Setup: run directory, seeding, data, transformer, optimiser
     info = check_args(args)
     env_id = info["env_id"]
     return_scale = args.return_scale or RETURN_SCALE[env_id]
@@ -402,7 +389,7 @@ def train(args: Args) -> dict:
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(args.seed)
 
-    # ---- the data: normalised states, scaled returns-to-go, trajectory bounds of every step
+    # The data: normalised states, scaled returns-to-go, trajectory bounds of every step
     data = offline_data.load_dataset(args.dataset)
     bounds = offline_data.episode_bounds(data)
     primary = primary_target(targets, offline_data.episode_returns(data).max())
@@ -450,8 +437,8 @@ def train(args: Args) -> dict:
     episode_returns, returns_by_target, losses, last_print = [], {}, {}, 0.0
     start_time = time.time()
     for step in range(1, args.total_steps + 1):
-        # ---- a batch of K-step windows: a uniform random step of the data starts each window (so a
-        # trajectory is drawn in proportion to its length); windows running past its end are left-padded
+        # ---- 2. Update: a batch of K-step windows, each started at a uniform random step of the data (so
+        # a trajectory is drawn in proportion to its length); windows running past its end are left-padded
         firsts = rng.integers(0, len(data["rewards"]), size=args.batch_size)
         batch = gather_windows(arrays, traj_start[firsts], traj_end[firsts], firsts, args.context_len)
         b = {k: torch.as_tensor(v, device=device) for k, v in batch.items()}
@@ -473,7 +460,7 @@ def train(args: Args) -> dict:
             )
             writer.add_scalar("charts/SPS", sps, step)
 
-        # ---- evaluation at every target return; the curve and the score follow the primary target
+        # ---- 3. Evaluation at every target return; the curve and the score follow the primary target
         if step % args.eval_every == 0 or step == args.total_steps:
             returns = run_episodes(
                 policy,
@@ -500,7 +487,8 @@ def train(args: Args) -> dict:
         if args.progress and (time.time() - last_print > 0.5 or step == args.total_steps):
             last_print = time.time()
             print(
-                f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {loss.item():.4f}  returns by target "
+                f"\rstep {step:>7,d}/{args.total_steps:,d}  loss {loss.item():.4f}  "
+                f"returns by target "
                 f"{returns_by_target}  SPS {int(step / (time.time() - start_time)):5,d}",
                 end="",
                 file=sys.stderr,
@@ -509,6 +497,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 4. Summary
     wall_time = time.time() - start_time
     final_mean_return = float(np.mean([r for s, r in episode_returns if s == args.total_steps]))
     summary = {
@@ -551,4 +540,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,25 +1,13 @@
 """DQN: deep Q-learning with experience replay and a target network -- the PyTorch twin.
 
+A Q-network regresses on the one-step target r + gamma max_a' Q_target(s', a') over minibatches drawn
+uniformly from a replay buffer; the target network is a periodically refreshed copy. Flags add an
+n-step target, LayerNorm, advantage learning and a learning-rate anneal (all off by default).
 Papers: Mnih et al. 2013, "Playing Atari with Deep Reinforcement Learning", arXiv:1312.5602;
         Mnih et al. 2015, "Human-level control through deep reinforcement learning", Nature 518.
 Twin:   algos/dqn_jax.py (`diff algos/dqn_torch.py algos/dqn_jax.py` shows only the framework).
 Docs:   docs/algorithms/dqn.md
-
-Verified (tests/): max_q_target, td_loss and linear_schedule against hand-computed numbers, the
-upward bias of the max (worked problem 4: E[max] = 0.075 by enumeration and by Monte Carlo), parity
-with the JAX twin within 1e-5 (values and gradients), a smoke run, bit-identical curves for two runs
-with the same seed, count_gradient_steps against a brute-force count of the loop (the annealed
-learning rate's length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at
-100k steps on every one of seeds 1-5 (seeds 1-3 also in the default suite) (pytest -m learning;
-seeds 1-20 in docs/algorithms/dqn.md). The defaults' 3-step target and LayerNorm (issue 18):
-n_step_transition by hand and through the training loop's own windows
-(tests/unit/test_value_based_n_step.py), the target with per-sample discounts, and the Q-network's
-parity with and without LayerNorm.
-Advantage learning, the default since issue 18's ninth round (--al-alpha 0.9): its target by hand,
-its fixed point on a one-state bandit, twin parity, bad alpha refused, the training loop's branch
-live (tests/unit/test_advantage_learning.py); --al-alpha 0 gives the plain DQN target and the
-earlier defaults' runs bit for bit.
-Reproduce: python algos/dqn_torch.py --seed 1
+Run:    python algos/dqn_torch.py --seed 1
 """
 
 import copy
@@ -46,15 +34,15 @@ class Args:
     env_id: str = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     total_timesteps: int = 100_000
-    """total environment steps, summed over the vector envs"""
+    """total environment steps, summed over the vector envs (CleanRL: 500k)"""
     num_envs: int = 1
     """parallel environments (gymnasium SyncVectorEnv, same-step autoreset)"""
     learning_rate: float = 1e-3
-    """Adam learning rate"""
+    """Adam learning rate (CleanRL: 2.5e-4)"""
     buffer_size: int = 100_000
-    """replay buffer capacity (transitions); the oldest are overwritten first"""
-    gamma: float = 0.998
-    """discount factor (0.998: a horizon of about 500 steps, the episode's length, in which a drift to the edge shows; docs/algorithms/dqn.md)"""
+    """replay buffer capacity (transitions); the oldest are overwritten first (CleanRL: 10k)"""
+    gamma: float = 0.99
+    """discount factor"""
     tau: float = 1.0
     """target network update rate: 1.0 is a hard copy, < 1 Polyak averaging"""
     target_network_frequency: int = 500
@@ -64,23 +52,23 @@ class Args:
     start_e: float = 1.0
     """epsilon at the start of training"""
     end_e: float = 0.01
-    """epsilon floor"""
+    """epsilon floor (CleanRL: 0.05)"""
     exploration_fraction: float = 0.1
-    """fraction of total_timesteps over which epsilon anneals linearly from start_e to end_e"""
+    """fraction of total_timesteps over which epsilon falls linearly to end_e (CleanRL: 0.5)"""
     learning_starts: int = 1_000
-    """environment steps of uniform-random play before the first gradient step"""
+    """environment steps of uniform-random play before the first gradient step (CleanRL: 10k)"""
     train_frequency: int = 4
-    """vector-env steps between gradient steps"""
+    """vector-env steps between gradient steps (CleanRL: 10)"""
     max_grad_norm: float = 10.0
-    """global gradient-norm clip"""
-    anneal_lr: bool = True
-    """decay the learning rate linearly to 0 over the run's gradient steps (the final policy settles)"""
-    n_step: int = 3
-    """rewards summed into one transition before bootstrapping (multi-step target; 1: the 2015 one-step target)"""
-    layer_norm: bool = True
-    """LayerNorm before each hidden ReLU of the Q-network (--no-layer-norm: the 2015 network)"""
-    al_alpha: float = 0.9
-    """advantage learning: subtract al_alpha x (max_b Q_target(s, b) - Q_target(s, a)) from the target, widening every action gap by 1 / (1 - al_alpha) (the default 0.9: every one of seeds 1-20 ended at 500.0 in both twins, docs/algorithms/dqn.md, the ninth round; 0: the DQN target)"""
+    """global gradient-norm clip (CleanRL: none)"""
+    anneal_lr: bool = False
+    """decay the learning rate linearly to 0 over the run's gradient steps"""
+    n_step: int = 1
+    """rewards summed before bootstrapping: the n-step target (Sutton 1988; Hessel et al. 2018)"""
+    layer_norm: bool = False
+    """LayerNorm before each hidden ReLU of the Q-network (Ba et al. 2016)"""
+    al_alpha: float = 0.0
+    """advantage learning's alpha, 0 off: action gaps x 1 / (1 - alpha) (Baird 1999; Bellemare et al. 2016)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -171,10 +159,10 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class QNetwork(nn.Module):
-    """128-128 ReLU MLP, LayerNorm before each hidden ReLU (unless layer_norm is False):
-    observation -> one Q-value per action."""
+    """128-128 ReLU MLP: observation -> one Q-value per action; with layer_norm, a LayerNorm before
+    each hidden ReLU."""
 
-    def __init__(self, obs_dim, num_actions, layer_norm=True):
+    def __init__(self, obs_dim, num_actions, layer_norm=False):
         super().__init__()
         self.num_actions = num_actions
         # LayerNorm (eps 1e-6, flax's default) before each hidden ReLU; nn.Identity without it
@@ -226,31 +214,40 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.batch_size > args.buffer_size:
-        raise ValueError(f"batch_size = {args.batch_size} is larger than buffer_size = {args.buffer_size}")
-    if args.learning_starts < args.batch_size:
-        raise ValueError(
-            f"learning_starts = {args.learning_starts} is less than one batch "
-            f"(batch_size = {args.batch_size})"
-        )
-    if args.total_timesteps <= args.learning_starts:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} leaves no training after "
-            f"learning_starts = {args.learning_starts}"
-        )
-    if args.n_step < 1:
-        raise ValueError(f"n_step = {args.n_step} must be >= 1 (1 is the one-step target)")
-    if not 0.0 < args.tau <= 1.0:
-        raise ValueError(f"tau = {args.tau} must be in (0, 1]")
-    if not 0.0 <= args.al_alpha < 1.0:
-        raise ValueError(f"al_alpha = {args.al_alpha} must be in [0, 1) (0 is the DQN target)")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("buffer_size", args.buffer_size >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("target_network_frequency", args.target_network_frequency >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("start_e", 0 <= args.start_e <= 1, "in [0, 1]"),
+        ("end_e", 0 <= args.end_e <= 1, "in [0, 1]"),
+        ("exploration_fraction", 0 < args.exploration_fraction <= 1, "in (0, 1]"),
+        ("learning_starts", args.learning_starts >= 0, ">= 0"),
+        ("train_frequency", args.train_frequency >= 1, ">= 1"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("n_step", args.n_step >= 1, ">= 1 (1 is the one-step target)"),
+        ("al_alpha", 0 <= args.al_alpha < 1, "in [0, 1) (0 is the plain target)"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("buffer_size", args.buffer_size >= args.batch_size, ">= --batch-size"),
+        ("start_e", args.start_e >= args.end_e, ">= --end-e"),
+        ("learning_starts", args.learning_starts >= args.batch_size, ">= --batch-size"),
+        ("total_timesteps", args.total_timesteps > args.learning_starts, "> --learning-starts"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Discrete actions. For continuous actions use algos/sac_torch.py, "
-            f"algos/td3_torch.py or algos/ddpg_torch.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Discrete "
+            f"actions. For continuous actions use algos/sac_torch.py, algos/td3_torch.py or "
+            f"algos/ddpg_torch.py"
         )
 
 
@@ -279,6 +276,8 @@ def evaluate(model_path, env_id, eval_episodes, seed, layer_norm):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environments, networks, optimiser, replay buffer
     num_iterations = args.total_timesteps // args.num_envs
     num_gradient_steps = count_gradient_steps(
         args.total_timesteps, args.num_envs, args.learning_starts, args.train_frequency
@@ -304,10 +303,9 @@ def train(args: Args) -> dict:
     target_network = copy.deepcopy(q_network)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
 
-    # buffers on the host; each sampled batch moves to the device
-    # Replay buffer: a ring of preallocated arrays of n-step transitions. next_obs holds the true
-    # observation n steps on (final_obs at an episode end), dones the `terminated` flag only, and
-    # discounts gamma^k for the k rewards summed into the transition.
+    # Replay buffer, on the host (each sampled batch moves to the device): a ring of preallocated
+    # arrays of n-step transitions. next_obs holds the true observation n steps on (final_obs at an
+    # episode end), dones the `terminated` flag only, discounts gamma^k for the k rewards summed.
     obs_rb = np.zeros((args.buffer_size, obs_dim), dtype=np.float32)
     next_obs_rb = np.zeros((args.buffer_size, obs_dim), dtype=np.float32)
     actions_rb = np.zeros(args.buffer_size, dtype=np.int64)
@@ -326,6 +324,7 @@ def train(args: Args) -> dict:
     obs = np.asarray(envs.reset(seed=args.seed)[0], dtype=np.float32)
 
     for iteration in range(1, num_iterations + 1):
+        # ---- 2. Act: epsilon-greedy (uniform-random before learning_starts), one step of every env
         global_step += args.num_envs
         epsilon = linear_schedule(
             args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
@@ -338,7 +337,7 @@ def train(args: Args) -> dict:
         ep_length += 1
         next_obs = np.asarray(next_obs, dtype=np.float32)
 
-        # ---- store: an ended episode's true last observation is final_obs, not the reset one
+        # ---- 3. Store: an ended episode's true last observation is final_obs, not the reset one
         real_next_obs = transition_next_obs(next_obs, infos)
         for i in range(args.num_envs):
             windows[i].append((obs[i], action[i], reward[i], real_next_obs[i], terminated[i]))
@@ -358,6 +357,7 @@ def train(args: Args) -> dict:
                 windows[i].pop(0)
         obs = next_obs
 
+        # episode statistics of every env whose episode ended at this step
         for i in np.flatnonzero(terminated | truncated):
             episode_returns.append((global_step, float(ep_return[i])))
             recent = [r for _, r in episode_returns[-20:]]
@@ -365,7 +365,7 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
             ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- update: one gradient step on a uniform minibatch every train_frequency steps
+        # ---- 4. Update: one gradient step on a uniform minibatch every train_frequency steps
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b = rng.integers(0, rb_size, args.batch_size)
@@ -379,15 +379,13 @@ def train(args: Args) -> dict:
                 )
                 with torch.no_grad():
                     targets = max_q_target(target_network(b_next_obs), b_rewards, b_dones, b_discounts)
-                    if (
-                        args.al_alpha > 0.0
-                    ):  # advantage learning (alpha 0.9 by default; --al-alpha 0 skips it)
+                    if args.al_alpha > 0.0:  # advantage learning; --al-alpha 0 skips it
                         targets = advantage_learning_target(
                             targets, target_network(b_obs), b_actions, args.al_alpha
                         )
                 q_taken = q_network(b_obs).gather(1, b_actions.unsqueeze(1)).squeeze(1)
                 loss = td_loss(q_taken, targets)
-                if args.anneal_lr:  # linear from learning_rate to 0 over the gradient steps (optax.linear_schedule in the JAX twin)
+                if args.anneal_lr:  # linear from learning_rate to 0 over the run's gradient steps
                     optimizer.param_groups[0]["lr"] = args.learning_rate * (
                         1.0 - num_updates / max(num_gradient_steps, 1)
                     )
@@ -404,12 +402,13 @@ def train(args: Args) -> dict:
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     writer.add_scalar("charts/SPS", sps, global_step)
 
-            # ---- target network: hard copy (tau = 1) or Polyak average every C steps
+            # ---- 5. Target network: hard copy (tau = 1) or Polyak average every C steps
             if iteration % args.target_network_frequency == 0:
                 with torch.no_grad():
                     for p_target, p in zip(target_network.parameters(), q_network.parameters()):
                         p_target.lerp_(p, args.tau)
 
+        # the progress line, at most twice a second
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
@@ -421,9 +420,9 @@ def train(args: Args) -> dict:
                 file=sys.stderr,
                 flush=True,
             )
+    # ---- 6. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
-
     envs.close()
     wall_time = time.time() - start_time
     if num_updates > 0:
@@ -453,4 +452,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,31 +1,14 @@
 """Tabular Dyna-Q (and Dyna-Q+): Q-learning plus planning on a learned model -- the PyTorch twin.
 
+Each real step: a Q-learning update on the real transition, a table-model update, and planning_steps
+Q-learning updates on transitions the model simulates (Dyna-Q+: plus an exploration bonus).
 Book:   Sutton & Barto 2018, "Reinforcement Learning: An Introduction" (2nd ed.), sections 8.2-8.3;
 Papers: Sutton 1990, "Integrated Architectures for Learning, Planning, and Reacting Based on
         Approximating Dynamic Programming" (ICML); Sutton 1991, "Dyna, an Integrated Architecture
         for Learning, Planning, and Reacting" (SIGART Bulletin 2).
 Twin:   algos/dyna_q_jax.py (`diff algos/dyna_q_torch.py algos/dyna_q_jax.py` shows only the framework).
 Docs:   docs/algorithms/dyna_q.md
-
-Every real step does three things: a one-step Q-learning update on the real transition (direct RL),
-a model update (a deterministic table model: (s, a) -> the last (r, s', terminated) seen), and
-`planning_steps` planning updates: the same Q-learning update on simulated transitions, (s, a)
-drawn uniformly from the pairs the model knows. With --planning-steps 0 this is exactly one-step
-Q-learning. With --kappa > 0 it is Dyna-Q+: a planning update's reward gets the bonus
-kappa * sqrt(tau), tau the real steps since (s, a) was last tried, and every action of a visited
-state may be planned (an untried one as a self-loop with reward 0). One environment, one agent:
-the mazes of algos/mazes.py (S&B figures 8.2, 8.4, 8.5) or any gymnasium environment with
-Discrete observations and actions.
-
-Verified (tests/): worked problem 9 (a real step plus three planning updates by hand on a 3-state
-chain, the Dyna-Q+ bonus), --planning-steps 0 equal to plain Q-learning on the same transitions, the
-uniform draw of known pairs and the random tie-breaking, the mazes (BFS shortest path 14 in the Dyna
-maze, the wall changes of the blocking and shortcut mazes at the configured step), bad input, parity
-with the JAX twin within 1e-5, a smoke run, bit-identical figures for two runs with the same seed.
-Measured (tests/dyna_q_curves.py, docs/algorithms/dyna_q.md): in the Dyna maze with n = 50 the greedy
-policy first leads from start to goal in episode 2 or 3 on seeds 1-10 (both twins), against episodes
-20-36 with n = 0; Dyna-Q+ (kappa 1e-3) finds the shortcut maze's shortcut on seeds 1-5, Dyna-Q on none.
-Reproduce: python algos/dyna_q_torch.py --seed 1
+Run:    python algos/dyna_q_torch.py --seed 1
 """
 
 import os
@@ -48,10 +31,9 @@ class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environment"""
     cuda: bool = True
-    """accepted for parity with the deep scripts (CleanRL's convention): the tabular Q table stays on
-    the CPU either way (one tiny update per environment step gains nothing from a GPU)"""
+    """accepted for parity with the deep scripts (CleanRL's convention); the Q table stays on the CPU"""
     env_id: str = "DynaMaze-v0"
-    """DynaMaze-v0, BlockingMaze-v0, ShortcutMaze-v0 (algos/mazes.py), or a gymnasium id with Discrete spaces"""
+    """DynaMaze-v0, BlockingMaze-v0, ShortcutMaze-v0 (algos/mazes.py) or any Discrete gymnasium id"""
     total_timesteps: int = 3000
     """total real environment steps"""
     planning_steps: int = 50
@@ -63,9 +45,9 @@ class Args:
     epsilon: float = 0.1
     """probability of a uniform random action (greedy ties are broken at random)"""
     kappa: float = 0.0
-    """Dyna-Q+ bonus kappa * sqrt(tau) on planning rewards, tau = real steps since (s, a) was tried (0: Dyna-Q)"""
+    """Dyna-Q+ bonus kappa sqrt(tau) on planning rewards, tau: steps since (s, a) was tried (0: Dyna-Q)"""
     change_at: int | None = None
-    """real step after which the blocking / shortcut maze changes its wall (default: the maze's, 1000 / 3000)"""
+    """real step after which the blocking / shortcut maze changes its wall (None: the maze's own)"""
     save_model: bool = False
     """save the Q table to the run directory and evaluate the saved greedy policy"""
     eval_episodes: int = 10
@@ -174,36 +156,35 @@ def make_env(env_id, **kwargs):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written."""
-    if args.planning_steps < 0:
-        raise ValueError(
-            f"planning_steps = {args.planning_steps}: the number of planning updates per real "
-            f"step must be >= 0 (0 is one-step Q-learning)"
-        )
-    if not 0.0 < args.learning_rate <= 1.0:
-        raise ValueError(f"learning_rate = {args.learning_rate}: the step size must be in (0, 1]")
-    if not 0.0 <= args.gamma <= 1.0:
-        raise ValueError(f"gamma = {args.gamma}: the discount must be in [0, 1]")
-    if not 0.0 <= args.epsilon <= 1.0:
-        raise ValueError(f"epsilon = {args.epsilon}: a probability must be in [0, 1]")
-    if args.kappa < 0.0:
-        raise ValueError(f"kappa = {args.kappa}: the Dyna-Q+ bonus must be >= 0")
-    if args.total_timesteps < 1:
-        raise ValueError(f"total_timesteps = {args.total_timesteps}: at least one real step")
-    if args.change_at is not None and (args.env_id not in mazes.CHANGING_MAZES or args.change_at < 0):
-        raise ValueError(
-            f"change_at = {args.change_at}: only {' and '.join(mazes.CHANGING_MAZES)} change "
-            f"their wall, at a step >= 0"
-        )
+    """Refuse bad flags before any environment is built or any run directory written (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("planning_steps", args.planning_steps >= 0, ">= 0 (0: one-step Q-learning)"),
+        ("learning_rate", 0 < args.learning_rate <= 1, "in (0, 1]"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("epsilon", 0 <= args.epsilon <= 1, "in [0, 1]"),
+        ("kappa", args.kappa >= 0, ">= 0 (0: Dyna-Q)"),
+        ("change_at", args.change_at is None or args.change_at >= 0, ">= 0"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "change_at",
+            args.change_at is None or args.env_id in mazes.CHANGING_MAZES,
+            f"unset: only {' and '.join(mazes.CHANGING_MAZES)} change their wall",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     env = make_env(args.env_id)  # env construction only: no step taken
     if not isinstance(env.action_space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(env.action_space).__name__} action space; tabular "
+            f"--env-id {args.env_id} has a {type(env.action_space).__name__} action space; tabular "
             f"Dyna-Q needs Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
         )
     if not isinstance(env.observation_space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(env.observation_space).__name__} observation space; "
+            f"--env-id {args.env_id} has a {type(env.observation_space).__name__} observation space; "
             f"a table needs Discrete states. With function approximation use algos/dqn_torch.py"
         )
     env.close()
@@ -236,6 +217,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, env_kwargs):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+    # ---- 1. Setup: seeding, the environment, the Q table and the model
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -249,7 +231,7 @@ def train(args: Args) -> dict:
     generator = torch.Generator().manual_seed(args.seed)
     # One intra-op thread: the tables are tiny and each step is a handful of small ops.
     torch.set_num_threads(1)
-    # the tabular Q table stays on the CPU whatever --cuda says (see Args.cuda)
+    # the Q table stays on the CPU whatever --cuda says: one tiny update per step gains nothing from a GPU
 
     env = make_env(args.env_id, **({} if args.change_at is None else {"change_at": args.change_at}))
     maze = env.unwrapped if isinstance(env.unwrapped, mazes.MazeEnv) else None
@@ -276,10 +258,12 @@ def train(args: Args) -> dict:
     state, _ = env.reset(seed=args.seed)
 
     for global_step in range(1, args.total_timesteps + 1):
+        # ---- 2. Act: epsilon-greedy, greedy ties broken at random
         action = epsilon_greedy(Q, state, args.epsilon, generator)
         next_state, reward, terminated, truncated, _ = env.step(action)
         ep_return += float(reward)
         ep_length += 1
+        # ---- 3. Learn: direct RL on the real transition, model learning, planning
         # The model and the target keep `terminated` only: a truncation (a time limit) is no part of the task.
         Q, model, td = learn(
             Q, model, state, action, float(reward), next_state, float(terminated), global_step
@@ -287,6 +271,7 @@ def train(args: Args) -> dict:
         td_sum, td_count = td_sum + abs(float(td)), td_count + 1
         state = next_state
 
+        # ---- 4. Milestones and logging
         if maze is not None:
             layout = int(maze.changed)
             if layout == 1 and shortest[1] is None:
@@ -344,7 +329,7 @@ def train(args: Args) -> dict:
         "run_dir": run_dir,
         "losses": stats,
     }
-    # ---- the greedy policy against the shortest path (breadth-first search in the maze)
+    # ---- 5. Summary: the greedy policy against the shortest path (breadth-first search); save, evaluate
     if maze is not None:
         greedy_length = maze.policy_path_length(greedy.numpy())
         path, optimal = milestones[0]["path"], milestones[0]["optimal"]
@@ -381,4 +366,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

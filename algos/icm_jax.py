@@ -1,38 +1,14 @@
 """PPO with an Intrinsic Curiosity Module (ICM), discrete actions -- the JAX twin.
+Curiosity is a forward model's error in the features of an encoder that an inverse model trains.
 
 Papers: Pathak, Agrawal, Efros & Darrell 2017, "Curiosity-driven Exploration by Self-supervised
         Prediction", arXiv:1705.05363 (ICM; the paper trains it beside A3C, here beside PPO);
         Burda, Edwards, Pathak, Storkey, Darrell & Efros 2018, "Large-Scale Study of
         Curiosity-Driven Learning", arXiv:1808.04355 (which features to predict in);
         Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347.
-Twin:   algos/icm_torch.py (`diff algos/icm_torch.py algos/icm_jax.py` shows only the framework).
+Twin:   algos/icm_torch.py (`diff` the two files: only the framework differs)
 Docs:   docs/algorithms/icm.md
-
-The base is algos/ppo_jax.py, line for line (GAE, clipped surrogate, clipped value loss), plus a
-curiosity bonus. An encoder phi maps an observation to features; an inverse model predicts the
-action a_t from (phi(s_t), phi(s_t+1)) (cross-entropy), which is what trains phi; a forward model
-predicts phi(s_t+1) from (phi(s_t), one-hot a_t), against a detached target (no gradient into the
-target's branch of phi: otherwise phi could shrink to a constant and make every prediction
-trivially right). The module minimises (1 - beta) L_inverse + beta L_forward (beta = 0.2), and
-the curiosity reward is the forward model's error, r_int = eta / 2 * ||phi_hat(s_t+1) -
-phi(s_t+1)||^2 (eta = `bonus_scale`; 0 turns it off = the entropy-only PPO baseline), added to the
-extrinsic reward of the same step inside the same episodes (episodic, as in the paper).
-
-Verified (tests/): icm_losses and curiosity_reward against hand numbers, the detached forward
-target (zero gradient into the target branch), compute_gae and ppo_policy_loss on hand numbers, bad
-input (tests/unit/test_icm.py), parity with the PyTorch twin within 1e-5, values and gradients
-(tests/parity/test_icm.py), a smoke run, bit-identical figures for two runs with the same seed.
-Measured (docs/algorithms/icm.md): DeepSea12-v0, 200k steps (16,640 episodes): the 20-episode mean
-return 0.99 on torch seeds 1-5 (solved after 10,015-11,839 episodes) and 0.99 / 0.99 / 0.94 / 0.99 / 0.99
-on JAX seeds 1-5, while --bonus-scale 0 (entropy-only PPO) never reached the treasure (0.00, seeds 1-3
-torch, seed 1 JAX). NoisyTVDeepSea12-v0, torch seeds 1-5: distracted, solved on none; the TV takes
-25-29% of the actions at the end (69-75% with --features random, seeds 1-3; 54% without
-curiosity, seed 1). NoisyTVFullDeepSea12-v0 (the screen fills the view), seeds 1-10 of both twins:
-solved on none, curiosity 1.1-2.0 per step at the end (RND solves all 20); a one-screen TV fails
-too, at size 12 with or without noise. Size 8, seeds 1-5 of both twins: NoisyTVOneScreenDeepSea8-v0
-(no noise) solved on 5 of 5, NoisyTVUniformDeepSea8-v0 (fresh noise) on 0 of 5, the TV taking 76-99%
-of the late actions: captured by the noise (RND solves 9 of 10 per twin there).
-Reproduce: python algos/icm_jax.py --seed 1
+Run:    python algos/icm_jax.py --seed 1
 """
 
 import os
@@ -63,7 +39,7 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "DeepSea12-v0"
-    """gymnasium environment id (discrete actions): DeepSea{N}-v0, DeepSeaStochastic{N}-v0, NoisyTV*DeepSea{N}-v0, MountainCar-v0"""
+    """gymnasium id, discrete actions: DeepSea{N}-v0, DeepSeaStochastic{N}-v0, NoisyTV*DeepSea{N}-v0, ..."""
     total_timesteps: int = 200_000
     """total environment steps, summed over the vector envs"""
     num_envs: int = 8
@@ -95,7 +71,7 @@ class Args:
     max_grad_norm: float = 0.5
     """global gradient-norm clip (the actor-critic and the curiosity module each)"""
     bonus_scale: float = 1.0
-    """eta: the curiosity reward is eta / 2 * ||phi_hat(s') - phi(s')||^2; 0 = entropy-only PPO baseline"""
+    """eta of the curiosity eta / 2 * ||phi_hat(s') - phi(s')||^2 (authors' code: 0.01); 0 turns it off"""
     icm_beta: float = 0.2
     """beta: the module minimises (1 - beta) * inverse loss + beta * forward loss (the paper's 0.2)"""
     icm_learning_rate: float = 1e-3
@@ -103,7 +79,7 @@ class Args:
     feature_dim: int = 32
     """size of the feature vector phi(s) (ignored with --features identity)"""
     features: str = "inverse"
-    """what the forward model predicts in: inverse (phi trained by the inverse model, ICM), random (phi frozen at init), identity (phi(s) = s)"""
+    """space of the forward model: inverse (ICM's phi), random (phi frozen at init), identity (phi(s) = s)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -238,7 +214,7 @@ class Agent:
     @partial(jax.jit, static_argnums=0)
     def act(self, params, obs, key):
         """Sample actions; return (action, log-prob, value, key). The key is split inside the
-        jitted call: splitting outside costs a second dispatch (~370 us vs ~140 us per step)."""
+        jitted call: splitting outside would cost a second dispatch per step."""
         key, sample_key = jax.random.split(key)
         logits = self.actor.apply(params["actor"], obs)
         logp_all = jax.nn.log_softmax(logits, axis=-1)
@@ -328,39 +304,54 @@ def make_envs(env_id, num_envs):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    batch_size = args.num_envs * args.num_steps
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("num_steps", args.num_steps >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("gae_lambda", 0 <= args.gae_lambda <= 1, "in [0, 1]"),
+        ("num_minibatches", args.num_minibatches >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("ent_coef", args.ent_coef >= 0, ">= 0"),
+        ("vf_coef", args.vf_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("bonus_scale", args.bonus_scale >= 0, ">= 0 (0 = the entropy-only PPO baseline)"),
+        ("icm_beta", 0 <= args.icm_beta <= 1, "in [0, 1]"),
+        ("icm_learning_rate", args.icm_learning_rate > 0, "> 0"),
+        ("feature_dim", args.feature_dim >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "num_minibatches",
+            args.num_minibatches >= 1 and batch_size % args.num_minibatches == 0,
+            f"a divisor of --num-envs * --num-steps = {batch_size}",
+        ),
+        (
+            "total_timesteps",
+            args.total_timesteps >= batch_size,
+            f">= one rollout, --num-envs * --num-steps = {batch_size}",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
+    if args.features not in FEATURES:
+        raise ValueError(f"--features {args.features!r} is unknown: choose one of {', '.join(FEATURES)}")
     match = DEEP_SEA_ID.match(args.env_id)
     if match and not 1 <= int(match.group(2)) <= explore_envs.MAX_SIZE:
         raise ValueError(
-            f"{args.env_id}: the DeepSea size N = {match.group(2)} must be in 1..{explore_envs.MAX_SIZE}"
-        )
-    if args.bonus_scale < 0:
-        raise ValueError(
-            f"bonus_scale = {args.bonus_scale}: the curiosity scale eta must be >= 0 "
-            f"(0 = the entropy-only PPO baseline)"
-        )
-    if not 0.0 <= args.icm_beta <= 1.0:
-        raise ValueError(f"icm_beta = {args.icm_beta}: the forward-loss weight must be in [0, 1]")
-    if args.features not in FEATURES:
-        raise ValueError(f"features = {args.features!r}: choose one of {', '.join(FEATURES)}")
-    if args.feature_dim < 1:
-        raise ValueError(f"feature_dim = {args.feature_dim}: it must be at least 1")
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches != 0:
-        raise ValueError(
-            f"num_envs * num_steps = {batch_size} is not divisible by "
-            f"num_minibatches = {args.num_minibatches}"
-        )
-    if args.total_timesteps < batch_size:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} is less than one rollout "
-            f"(num_envs * num_steps = {batch_size})"
+            f"--env-id {args.env_id}: the DeepSea size N = {match.group(2)} must be in "
+            f"1..{explore_envs.MAX_SIZE}"
         )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Discrete actions. For continuous actions use algos/ppo_continuous_jax.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Discrete "
+            f"actions. For continuous actions use algos/ppo_continuous_jax.py"
         )
 
 
@@ -406,6 +397,7 @@ def train(args: Args) -> dict:
         "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
     )
 
+    # ---- 1. Setup: seeding, environments, networks, optimisers
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -529,7 +521,7 @@ def train(args: Args) -> dict:
     next_obs = np.asarray(envs.reset(seed=args.seed)[0], dtype=np.float32)
 
     for iteration in range(1, num_iterations + 1):
-        # ---- rollout
+        # ---- 2. Rollout
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs_buf[step] = next_obs
@@ -567,9 +559,10 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
                 ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- curiosity: the forward model's error on each transition, from the module as it was
-        # during the rollout, added to the extrinsic reward of the same step (episodic: the GAE
-        # recursion stops at episode ends for both, as in the paper's A3C)
+        # ---- 3. Curiosity: the forward model's error, added to the reward
+        # One number per transition, from the module as it was during the rollout, added to the
+        # extrinsic reward of the same step (episodic: the GAE recursion stops at episode ends for
+        # both, as in the paper's A3C).
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_next_obs = next_obs_buf.reshape(batch_size, obs_dim)
         b_actions = actions_buf.reshape(-1)
@@ -578,14 +571,14 @@ def train(args: Args) -> dict:
         )
         rewards_buf += intrinsic
 
-        # ---- advantages (bootstrap from the observation after the rollout)
+        # ---- 4. Advantages: GAE, bootstrapped from the observation after the rollout
         last_value = get_value(params, next_obs)
         advantages, returns = compute_gae(
             rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
         )
 
-        # ---- update: epochs x minibatches over the flattened batch; the curiosity module trains on
-        # the same minibatches with its own optimiser
+        # ---- 5. Update: epochs x minibatches; the curiosity module trains on the same minibatches
+        # with its own optimiser
         batch = {
             "obs": b_obs,
             "next_obs": b_next_obs,
@@ -600,6 +593,7 @@ def train(args: Args) -> dict:
         )
         learning_rate = opt_state[1].hyperparams["learning_rate"]  # the rate this update used
 
+        # ---- 6. Logging
         b_returns, b_values = np.asarray(batch["returns"]), batch["values"]
         var_returns = b_returns.var(ddof=1)
         explained_var = np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var(ddof=1) / var_returns
@@ -623,6 +617,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 7. Summary: close, save, evaluate
     envs.close()
     wall_time = time.time() - start_time
     returns_only = [r for _, r in episode_returns]
@@ -656,4 +651,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,35 +1,14 @@
 """IQL: Implicit Q-Learning, offline RL that never queries an action outside the data -- the JAX twin.
 
+V(s) is fitted by expectile regression to min(Q1', Q2')(s, a) at the data's actions, the twin critics
+regress on r + gamma (1 - terminal) V(s'), and the policy by advantage-weighted regression, weights
+exp(beta (Q - V)). States are normalised by the dataset's statistics (saved with the model); a timeout
+bootstraps, only a termination cuts; the evaluation plays the Gaussian policy's mean.
 Paper:  Kostrikov, Nair & Levine 2021, "Offline Reinforcement Learning with Implicit Q-Learning",
         arXiv:2110.06169.
 Twin:   algos/iql_torch.py (`diff algos/iql_torch.py algos/iql_jax.py` shows only the framework).
 Docs:   docs/algorithms/iql.md
-
-Three networks learn from the dataset's (s, a, r, s') alone. A state value V(s) is fitted by expectile
-regression to min(Q1', Q2')(s, a) of the Polyak target critics at the DATA's actions: with tau = 0.7 the
-asymmetric squared loss |tau - 1(u < 0)| u^2, u = Q - V, pulls V towards an upper expectile of Q over
-the actions the data took in s, an in-support stand-in for max_a Q. The twin critics regress on
-r + gamma (1 - terminals) V(s') (a timeout is not a terminal: it bootstraps). The policy is extracted by
-advantage-weighted regression: maximise exp(beta (Q - V)) log pi(a|s) on the data's actions, the weight
-clamped at 100, beta = 3 (the paper's locomotion values). The policy is a Gaussian with a tanh-squashed
-mean, mean = scale * tanh(MLP(s)) + bias, and a state-independent log-std (a free parameter, clipped
-to [-5, 2]); the evaluation plays the mean. States are normalised by the dataset's mean and std (+1e-3),
-saved with the model. The actor's learning rate is constant (the paper's cosine decay is left out).
-
-Verified (tests/): the expectile loss on hand numbers and its minimiser equal to the tau-expectile of a
-known sample (a worked problem: the 0.7-expectile of {0, 1, 2, 10} is 4.9375, the 0.5-expectile the mean
-3.25), tau 0.5 gives the mean and tau -> 1 approaches the max, the advantage weight exp(beta A) clamped at
-max_weight (gradient-free), the Gaussian log-density by hand, the critic target's done flag is
-`terminals` only (a timeout bootstraps), the deterministic evaluation plays the mean, a Discrete dataset
-and other bad input refused before a run directory is written, parity with the PyTorch twin within 1e-5 (every
-module-level function, the loss gradients, the networks on the same weights), a smoke run and the same
-figures twice with the same seed.
-Measured (docs/algorithms/iql.md): pointmaze-stitch with expectile 0.9, beta 10 (the paper's AntMaze
-values): normalised 100 on every seed (1-5, both twins): it stitches the start -> waypoint and
-waypoint -> goal legs that no trajectory joined; pendulum-medium (defaults): JAX 98.9 / 101.3 / 100.2 /
-95.1 / 101.3, torch 100.1 / 101.2 / 100.2 / 101.3 / 100.0 (behaviour 47.3); pendulum-replay (torch
-seeds 1-3) 91.4 / 100.0 / 92.6 (behaviour 24.5).
-Reproduce: python algos/iql_jax.py --dataset pointmaze-stitch --seed 1
+Run:    python algos/iql_jax.py --dataset pointmaze-stitch --expectile 0.9 --beta 10 --seed 1
 """
 
 import os
@@ -67,7 +46,7 @@ class Args:
     tau: float = 0.005
     """Polyak coefficient of the target critics: target <- tau * online + (1 - tau) * target"""
     learning_rate: float = 3e-4
-    """Adam learning rate of the value network, the two critics and the actor"""
+    """Adam learning rate of the value network, the critics and the actor (constant; paper: actor's decays)"""
     expectile: float = 0.7
     """expectile of the value regression: 0.5 fits the mean of Q over the data's actions, -> 1 the max"""
     beta: float = 3.0
@@ -75,7 +54,7 @@ class Args:
     max_weight: float = 100.0
     """the advantage weights are clamped at this value"""
     hidden_size: int = 128
-    """width of the two hidden layers of every network (the paper's 256 costs 2-3x the time)"""
+    """width of the two hidden layers of every network (paper: 256)"""
     eval_every: int = 1_000
     """gradient steps between evaluations"""
     eval_episodes: int = 10
@@ -233,24 +212,33 @@ class Agent:
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written. Returns the dataset's info."""
-    info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
+    """Refuse bad flags before any environment or network is built (one-line ValueError). Returns the
+    dataset's info."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("expectile", 0 < args.expectile < 1, "in (0, 1) (0.5 fits the mean)"),
+        ("beta", args.beta >= 0, ">= 0 (0 is behaviour cloning)"),
+        ("max_weight", args.max_weight > 0, "> 0"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
+    if args.dataset not in offline_data.DATASETS:
+        raise ValueError(f"--dataset {args.dataset!r} is unknown; valid: {', '.join(offline_data.DATASETS)}")
+    info = offline_data.dataset_info(args.dataset)
     if info["discrete"]:
         raise ValueError(
-            f"{args.dataset} has discrete actions; IQL's Gaussian policy needs Box actions. "
+            f"--dataset {args.dataset} has discrete actions; IQL's Gaussian policy needs Box actions. "
             f"For discrete offline data use algos/cql_jax.py --discrete"
         )
-    for name in ("total_steps", "batch_size", "hidden_size", "eval_every", "eval_episodes"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
-    if not 0.0 < args.expectile < 1.0:
-        raise ValueError(f"expectile = {args.expectile} must lie strictly between 0 and 1 (0.5 is the mean)")
-    if args.beta < 0:
-        raise ValueError(f"beta = {args.beta} must be non-negative (0 is plain behaviour cloning)")
-    if args.max_weight <= 0:
-        raise ValueError(f"max_weight = {args.max_weight} must be positive")
-    if not 0.0 <= args.gamma <= 1.0:
-        raise ValueError(f"gamma = {args.gamma} must lie in [0, 1]")
     return info
 
 
@@ -294,6 +282,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
 
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
+    # ---- 1. Setup: run directory, seeding, data, networks, optimisers
     info = check_args(args)
     env_id = info["env_id"]
     script = os.path.basename(__file__).removesuffix(".py")
@@ -312,7 +301,7 @@ def train(args: Args) -> dict:
     key = jax.random.PRNGKey(args.seed)
     rng = np.random.default_rng(args.seed)
 
-    # ---- the data: states normalised by the dataset's own statistics, kept on the device
+    # The data: states normalised by the dataset's own statistics, kept on the device
     data = offline_data.load_dataset(args.dataset)
     state_mean, state_std = state_normalizer(data["observations"])
     arrays = prepare_dataset(data, state_mean, state_std)
@@ -348,7 +337,7 @@ def train(args: Args) -> dict:
         def one_step(state, rows):
             b = jax.tree.map(lambda v: v[rows], dataset)
             params = state["params"]
-            # ---- 1. value: V(s) towards the upper expectile of min(Q1', Q2')(s, a) over the data's actions
+            # Value: V(s) towards the upper expectile of min(Q1', Q2')(s, a) over the data's actions
             target_q = agent.q_values(state["target_qf"], b["obs"], b["actions"]).min(0)
 
             def value_loss_fn(vf_params):
@@ -359,7 +348,7 @@ def train(args: Args) -> dict:
             v_updates, v_opt = v_optimizer.update(v_grads, state["v_opt"])
             vf_params = optax.apply_updates(params["vf"], v_updates)
 
-            # ---- 2. actor: advantage-weighted log-likelihood of the data's actions (A with the new V)
+            # Actor: advantage-weighted log-likelihood of the data's actions (A with the new V)
             advantages = target_q - agent.vf.apply(vf_params, b["obs"])
 
             def actor_loss_fn(actor_params):
@@ -375,7 +364,7 @@ def train(args: Args) -> dict:
             actor_updates, actor_opt = actor_optimizer.update(actor_grads, state["actor_opt"])
             actor_params = optax.apply_updates(params["actor"], actor_updates)
 
-            # ---- 3. critics: r + gamma (1 - terminals) V(s'), then the Polyak targets
+            # Critics: r + gamma (1 - terminals) V(s'), then the Polyak targets
             target = iql_target(
                 b["rewards"], b["terminals"], agent.vf.apply(vf_params, b["next_obs"]), args.gamma
             )
@@ -418,7 +407,7 @@ def train(args: Args) -> dict:
     start_time = time.time()
     step = 0
     while step < args.total_steps:
-        # ---- a block of gradient steps up to the next log point, evaluation or the end; the
+        # ---- 2. Update: a block of gradient steps up to the next log point, evaluation or the end; the
         # minibatch indices of the whole block are drawn at once (numpy, the same in both twins)
         block = min(
             LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step
@@ -433,7 +422,7 @@ def train(args: Args) -> dict:
                 writer.add_scalar(f"losses/{name}", value, step)
             writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
 
-        # ---- evaluation: the deterministic policy (the mean), episode i seeded seed + 10_000 + i
+        # ---- 3. Evaluation: the deterministic policy (the mean), episode i seeded seed + 10_000 + i
         if step % args.eval_every == 0 or step == args.total_steps:
             returns = run_episodes(
                 policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std
@@ -457,6 +446,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 4. Summary
     wall_time = time.time() - start_time
     summary = {
         "episodic_returns": episode_returns,
@@ -485,4 +475,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

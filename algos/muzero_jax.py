@@ -1,27 +1,13 @@
 """MuZero: planning with a learned latent model (representation, dynamics, prediction) -- the JAX twin.
+A tree search in the learned latent space picks the actions; its visits and values are the targets.
 
 Paper: Schrittwieser et al. 2020, "Mastering Atari, Go, Chess and Shogi by Planning with a Learned
        Model", arXiv:1911.08265 (Nature 588).
-Twin:  algos/muzero_torch.py (`diff algos/muzero_torch.py algos/muzero_jax.py` shows only the framework;
-       the search: mctx.muzero_policy here, a batched MCTS of its own there, the same PUCT rule and
-       the same tree-wide min-max Q normalisation).
+Twin:  algos/muzero_torch.py (`diff` the two files: only the framework and the search library differ;
+       mctx.muzero_policy here, a batched MCTS of our own there, the same PUCT rule and the same tree-wide
+       min-max Q normalisation).
 Docs:  docs/algorithms/muzero.md
-
-Verified (tests/): the value transform h and its inverse round-trip, the categorical support
-(two-hot) projection by hand, n-step value targets across a termination and a truncation by hand,
-PUCT scores and the min-max normalisation on hand numbers, the visit-count policy with temperature,
-the MCTS with a perfect model on a small deterministic tree picking the best root action from its
-visit counts (both twins), the observation scaling by hand (and on the true last observation), bad
-input (non-Discrete actions, num_simulations < 1, unroll_steps < 1), parity with the PyTorch twin
-within 1e-5 (every module-level function, loss values and gradients), a smoke run and bit-identical
-curves for two runs with the same seed.
-Measured (docs/algorithms/muzero.md): CartPole-v1, 100,000 steps, hundred-step value targets, gamma
-0.997, a replay holding the whole run, observations scaled to their declared bounds: 20-episode means
->= 400 on 29 of seeds 1-31 (IQM 500.0; seeds 17 and 31 end at 262.5 and 269.75) on a 2-core AMD EPYC (torch twin: 15 of
-15; with fifty-step targets, the defaults before, 17 of 20 there and 19 of 20 on a 2-core Intel Xeon);
-the registered bar is 400 on 3 of seeds 1-5. A default run (tests/benchmark.py, alone): 151-171 s on
-the AMD EPYC (165-243 s two at a time there).
-Reproduce: python algos/muzero_jax.py --seed 1
+Run:   python algos/muzero_jax.py --seed 1
 """
 
 import os
@@ -56,22 +42,21 @@ class Args:
     num_envs: int = 16
     """parallel environments (gymnasium SyncVectorEnv, same-step autoreset); one batched search per step"""
     num_simulations: int = 16
-    """MCTS simulations per search (each: one selection path, one dynamics + prediction call)"""
+    """MCTS simulations per search (each: one selection path, one model call); the paper's Atari: 50"""
     unroll_steps: int = 5
     """K: steps the dynamics network is unrolled in training"""
     td_steps: int = 100
-    """n: steps of real rewards in the value target before bootstrapping from a stored search value"""
+    """n: real rewards in each value target before a stored search value bootstraps it (Atari: 10)"""
     gamma: float = 0.997
     """discount factor"""
     learning_rate: float = 1e-3
-    """Adam learning rate"""
+    """Adam learning rate (the pseudocode's Atari: SGD, momentum 0.9, from 0.05, weight decay 1e-4)"""
     batch_size: int = 128
-    """trajectory windows per gradient step"""
+    """trajectory windows per gradient step (the paper's Atari: 1024)"""
     buffer_size: int = 100_000
     """replay capacity in transitions (buffer_size // num_envs rows of num_envs streams)"""
     learning_starts: int = 2_000
-    """environment steps before the first gradient step (each env's stream must then hold more than one
-    window of unroll_steps + td_steps + 1 steps: 125 > 106 at the defaults)"""
+    """environment steps before the first gradient step (each env's stream must then hold a window)"""
     gradient_steps: int = 4
     """gradient steps after every vector-env step once learning has started"""
     hidden_size: int = 64
@@ -79,24 +64,23 @@ class Args:
     latent_size: int = 32
     """size of the latent state (min-max scaled to [0, 1])"""
     support_size: int = 20
-    """value and reward are categorical over the integers -support_size..support_size of h(x)"""
+    """value and reward: categorical over the integers -support_size..support_size of h(x) (Atari: 300)"""
     value_loss_coef: float = 0.25
-    """weight of the value loss (the paper's 0.25 for reused data)"""
+    """weight of the value loss (the paper's 0.25 of MuZero Reanalyze; plain MuZero's is 1)"""
     pb_c_init: float = 1.25
     """c1 of the PUCT rule"""
     pb_c_base: float = 19652.0
     """c2 of the PUCT rule"""
     min_q_range: float = 0.01
-    """smallest range of the min-max Q normalisation (EfficientZero's 0.01)"""
+    """smallest range of the min-max Q normalisation (EfficientZero's 0.01; MuZero's pseudocode: none)"""
     dirichlet_alpha: float = 0.25
     """Dirichlet concentration of the root exploration noise"""
     dirichlet_fraction: float = 0.25
     """share of the Dirichlet noise in the root prior (training only)"""
     max_grad_norm: float = 5.0
-    """global gradient-norm clip"""
+    """global gradient-norm clip (the pseudocode clips none)"""
     scale_obs: bool = True
-    """map every observation entry with finite bounds in the env's observation_space onto [-1, 1]
-    (unbounded entries pass unchanged): CartPole's pole angle then spans the cart position's range"""
+    """map each observation entry with finite declared bounds onto [-1, 1] (unbounded ones unchanged)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -204,11 +188,10 @@ def n_step_targets(rewards, values, terminated, truncated, bootstrap_values, gam
     untruncated = jnp.cumprod(jnp.concatenate([ones, 1.0 - truncated], 1), 1)  # no truncation before step j
     # All K + 1 positions at once: column k of step i reads step t+k+i, with the same operations in
     # the same order as a loop over k (torch gives bit-identical targets; XLA's fusion may round a last
-    # digit differently), in n array steps instead of (K + 1) n: at n = 50 the loop over k took about
-    # a third of a torch run. The per-step reward (with a truncation's bootstrap) and the survival
-    # factor are elementwise, so they are computed once for the window, not once per column slice:
-    # the same values bit for bit (checked in both twins, docs/algorithms/muzero.md, Speed), and at
-    # n = 100 the torch call takes 2.7 ms instead of 4.9.
+    # digit differently), in n array steps instead of (K + 1) n. The per-step reward (with a
+    # truncation's bootstrap) and the survival factor are elementwise, so they are computed once for
+    # the window, not once per column slice: the same values bit for bit, in fewer small operations
+    # (docs/algorithms/muzero.md, Speed).
     positions = unroll_steps + 1
     step_reward = rewards + gamma * truncated * bootstrap_values  # what step j adds to the sum
     z = jnp.zeros_like(rewards[:, :positions])
@@ -405,7 +388,8 @@ class MuZeroNet(nn.Module):
         return latent, policy_logits, support_to_scalar(value_logits, self.support_size)
 
     def recurrent_inference(self, latent, action):
-        """The search's model step: (latent, action) -> (scalar reward, scalar value, policy logits, next latent)."""
+        """The search's model step: (latent, action) -> (scalar reward, scalar value, policy logits,
+        next latent)."""
         next_latent, reward_logits = self.dynamics(latent, action)
         policy_logits, value_logits = self.predict(next_latent)
         return (
@@ -466,8 +450,8 @@ def make_envs(env_id, num_envs, scale_obs=True):
         space = probe.observation_space
         probe.close()
         # gymnasium's RescaleObservation makes the same affine map when given per-entry targets (+-inf
-        # where the space is unbounded) but divides 0 / 0 on a constant entry; the runs on the docs page
-        # were made with this form, (obs - centre) / half_width, and reproduce with it to the digit.
+        # where the space is unbounded) but divides 0 / 0 on a constant entry; this form,
+        # (obs - centre) / half_width with obs_scaling's half-width 1 there, does not.
         centre, half_width = obs_scaling(space.low, space.high)
         scaled_space = gym.spaces.Box(
             (space.low - centre) / half_width, (space.high - centre) / half_width, dtype=np.float32
@@ -487,43 +471,63 @@ def make_envs(env_id, num_envs, scale_obs=True):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is stepped or any run directory is written."""
-    if args.num_simulations < 1:
-        raise ValueError(
-            f"num_simulations = {args.num_simulations} must be >= 1 (one expansion per simulation)"
-        )
-    if args.unroll_steps < 1:
-        raise ValueError(
-            f"unroll_steps = {args.unroll_steps} must be >= 1 (the dynamics network is trained "
-            f"only through the unroll)"
-        )
-    if args.td_steps < 1:
-        raise ValueError(f"td_steps = {args.td_steps} must be >= 1")
-    window = args.unroll_steps + args.td_steps + 1
-    if args.learning_starts // args.num_envs <= window:
-        raise ValueError(
-            f"learning_starts = {args.learning_starts} gives {args.learning_starts // args.num_envs} "
-            f"steps per env, not more than one window of unroll_steps + td_steps + 1 = {window}"
-        )
-    if args.buffer_size // args.num_envs <= window:
-        raise ValueError(f"buffer_size = {args.buffer_size} is too small for windows of {window} steps")
-    if args.total_timesteps <= args.learning_starts:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} leaves no training after "
-            f"learning_starts = {args.learning_starts}"
-        )
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    per_env = (args.unroll_steps + args.td_steps + 2) * args.num_envs  # more than one window per stream
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("num_simulations", args.num_simulations >= 1, ">= 1 (one expansion per simulation)"),
+        (
+            "unroll_steps",
+            args.unroll_steps >= 1,
+            ">= 1 (the dynamics network trains only through the unroll)",
+        ),
+        ("td_steps", args.td_steps >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("buffer_size", args.buffer_size >= 1, ">= 1"),
+        ("learning_starts", args.learning_starts >= 0, ">= 0"),
+        ("gradient_steps", args.gradient_steps >= 1, ">= 1"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("latent_size", args.latent_size >= 2, ">= 2 (min-max scaling makes a one-entry latent constant)"),
+        ("support_size", args.support_size >= 1, ">= 1"),
+        ("value_loss_coef", args.value_loss_coef >= 0, ">= 0"),
+        ("pb_c_init", args.pb_c_init >= 0, ">= 0"),
+        ("pb_c_base", args.pb_c_base > 0, "> 0"),
+        ("min_q_range", args.min_q_range > 0, "> 0"),
+        ("dirichlet_alpha", args.dirichlet_alpha > 0, "> 0"),
+        ("dirichlet_fraction", 0 <= args.dirichlet_fraction <= 1, "in [0, 1]"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "learning_starts",
+            args.learning_starts >= per_env,
+            f">= (--unroll-steps + --td-steps + 2) * --num-envs = {per_env}: more than one window per env",
+        ),
+        (
+            "buffer_size",
+            args.buffer_size >= per_env,
+            f">= (--unroll-steps + --td-steps + 2) * --num-envs = {per_env}: more than one window per env",
+        ),
+        ("total_timesteps", args.total_timesteps > args.learning_starts, "> --learning-starts"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     env = gym.make(args.env_id)  # env construction only: no step taken
     space, obs_space = env.action_space, env.observation_space
     env.close()
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; MuZero's search here "
+            f"--env-id {args.env_id} has {type(space).__name__} actions; MuZero's search here "
             f"enumerates Discrete actions. For continuous actions use the model-based "
             f"algos/pets_jax.py or algos/mbpo_jax.py (or algos/sac_jax.py)"
         )
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         raise ValueError(
-            f"{args.env_id} has a {obs_space} observation space; this script's MLP "
+            f"--env-id {args.env_id} has a {obs_space} observation space; this script's MLP "
             f"representation needs flat Box observations"
         )
 
@@ -565,6 +569,7 @@ def train(args: Args) -> dict:
         "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
     )
 
+    # ---- 1. Setup: seeding, environments, network, optimiser, replay
     # Seeding: python, numpy, jax and the environments (env i gets seed + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -660,7 +665,7 @@ def train(args: Args) -> dict:
     for iteration in range(1, num_iterations + 1):
         global_step += args.num_envs
         temperature = temperature_schedule(global_step / args.total_timesteps)
-        # ---- act: one batched search over the vector envs, noise at the root, sampled by visits
+        # ---- 2. Act: one batched search over the vector envs, noise at the root, sampled by visits
         action, policy, root_value, key = act(params, obs, key, temperature, args.dirichlet_fraction)
         action, policy, root_value = np.asarray(action), np.asarray(policy), np.asarray(root_value)
         next_obs, reward, terminated, truncated, infos = envs.step(action)
@@ -668,7 +673,7 @@ def train(args: Args) -> dict:
         ep_length += 1
         next_obs = np.asarray(next_obs, dtype=np.float32)
 
-        # ---- store: a truncated (not terminated) step bootstraps from its true last observation
+        # ---- 3. Store: a truncated (not terminated) step bootstraps from its true last observation
         bootstrap = np.zeros(args.num_envs, dtype=np.float32)
         cut = truncated & ~terminated
         if cut.any():
@@ -687,7 +692,7 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
             ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- update: K-step unroll on windows of K + n + 1 stored steps
+        # ---- 4. Update: K-step unroll on windows of K + n + 1 stored steps
         for _ in range(args.gradient_steps if global_step > args.learning_starts else 0):
             # a window needs K + n later rows already written: the newest K + n rows cannot start one
             oldest = (rb_pos - rb_size) % rows
@@ -735,6 +740,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 5. Summary: close, log the last losses, save, evaluate
     envs.close()
     wall_time = time.time() - start_time
     if num_updates > 0:
@@ -770,4 +776,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,26 +1,14 @@
 """Prioritized experience replay DQN: a sum tree samples transitions by TD error -- the JAX twin.
 
+DQN with one change to the replay: transition i is drawn with probability p_i^alpha / sum_k p_k^alpha,
+p_i its last |TD error| (a sum tree), and its loss is scaled by an importance weight (N P(i))^-beta,
+beta annealed to 1. Flags add an n-step target, LayerNorm, advantage learning and a learning-rate
+anneal (all off by default).
 Papers: Schaul, Quan, Antonoglou and Silver 2015, "Prioritized Experience Replay",
         arXiv:1511.05952; Mnih et al. 2015 (DQN), Nature 518.
-Twin:   algos/per_dqn_torch.py (`diff algos/per_dqn_torch.py algos/per_dqn_jax.py` shows only the framework).
+Twin:   algos/per_dqn_torch.py (`diff` with this file shows only the framework).
 Docs:   docs/algorithms/per_dqn.md
-
-Verified (tests/): SumTree (sums after updates, sampling frequencies proportional to the priorities
-by a chi-square test), importance_weights and weighted_td_loss against the formulas, parity with the
-PyTorch twin within 1e-5 (values and gradients), a smoke run, bit-identical curves for two runs with
-the same seed, count_gradient_steps against a brute-force count of the loop (the annealed learning
-rate's length), and learning, both twins: a 20-episode mean return >= 450 on CartPole-v1 at 100k
-steps on every one of seeds 1-5 (pytest -m learning; seeds 1-20 in
-docs/algorithms/per_dqn.md). The defaults' 3-step target and LayerNorm (issue 18): n_step_transition
-by hand and through the training loop's own windows (tests/unit/test_value_based_n_step.py), the
-target with per-sample discounts, and the Q-network's parity with and without LayerNorm.
-Also verified: exploration_draws gives exactly the draws of one jitted call per env step (the
-block draws change the speed, not the run).
-Advantage learning, the default since issue 18's ninth round (--al-alpha 0.9): its target by hand,
-its fixed point on a one-state bandit, twin parity, bad alpha refused, the training loop's branch
-live (tests/unit/test_advantage_learning.py); --al-alpha 0 gives the plain DQN target and the
-earlier defaults' runs bit for bit.
-Reproduce: python algos/per_dqn_jax.py --seed 1
+Run:    python algos/per_dqn_jax.py --seed 1
 """
 
 import os
@@ -50,21 +38,21 @@ class Args:
     env_id: str = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     total_timesteps: int = 100_000
-    """total environment steps, summed over the vector envs"""
+    """total environment steps, summed over the vector envs (CleanRL: 500k)"""
     num_envs: int = 1
     """parallel environments (gymnasium SyncVectorEnv, same-step autoreset)"""
     learning_rate: float = 5e-4
-    """Adam learning rate (half of DQN's; Schaul et al. cut it 4x: prioritised batches are the large-error ones)"""
+    """Adam learning rate (CleanRL's DQN: 2.5e-4; the paper: a quarter of DQN's step size)"""
     buffer_size: int = 100_000
-    """replay buffer capacity (transitions); the oldest are overwritten first"""
-    gamma: float = 0.998
-    """discount factor (0.998: a horizon of about 500 steps, the episode's length, in which a drift to the edge shows; docs/algorithms/dqn.md)"""
+    """replay buffer capacity (transitions); the oldest are overwritten first (CleanRL: 10k)"""
     alpha: float = 0.6
     """prioritisation exponent: P(i) is proportional to p_i^alpha (0: uniform replay)"""
     beta_start: float = 0.4
     """importance-sampling exponent at the start, annealed linearly to 1 over the run"""
     prior_eps: float = 1e-6
     """added to |TD error| so that no transition gets priority 0"""
+    gamma: float = 0.99
+    """discount factor"""
     tau: float = 1.0
     """target network update rate: 1.0 is a hard copy, < 1 Polyak averaging"""
     target_network_frequency: int = 500
@@ -74,23 +62,23 @@ class Args:
     start_e: float = 1.0
     """epsilon at the start of training"""
     end_e: float = 0.01
-    """epsilon floor"""
+    """epsilon floor (CleanRL: 0.05)"""
     exploration_fraction: float = 0.1
-    """fraction of total_timesteps over which epsilon anneals linearly from start_e to end_e"""
+    """fraction of total_timesteps over which epsilon falls linearly to end_e (CleanRL: 0.5)"""
     learning_starts: int = 1_000
-    """environment steps of uniform-random play before the first gradient step"""
+    """environment steps of uniform-random play before the first gradient step (CleanRL: 10k)"""
     train_frequency: int = 4
-    """vector-env steps between gradient steps"""
+    """vector-env steps between gradient steps (CleanRL: 10)"""
     max_grad_norm: float = 10.0
-    """global gradient-norm clip"""
-    anneal_lr: bool = True
-    """decay the learning rate linearly to 0 over the run's gradient steps (the final policy settles)"""
-    n_step: int = 3
-    """rewards summed into one transition before bootstrapping (multi-step target; 1: the 2015 one-step target)"""
-    layer_norm: bool = True
-    """LayerNorm before each hidden ReLU of the Q-network (--no-layer-norm: the 2015 network)"""
-    al_alpha: float = 0.9
-    """advantage learning: subtract al_alpha x (max_b Q_target(s, b) - Q_target(s, a)) from the target, widening every action gap by 1 / (1 - al_alpha) (the default 0.9: every one of seeds 1-20 ended at 500.0 in both twins, docs/algorithms/dqn.md, the ninth round; 0: the DQN target)"""
+    """global gradient-norm clip (CleanRL: none)"""
+    anneal_lr: bool = False
+    """decay the learning rate linearly to 0 over the run's gradient steps"""
+    n_step: int = 1
+    """rewards summed before bootstrapping: the n-step target (Sutton 1988; Hessel et al. 2018)"""
+    layer_norm: bool = False
+    """LayerNorm before each hidden ReLU of the Q-network (Ba et al. 2016)"""
+    al_alpha: float = 0.0
+    """advantage learning's alpha, 0 off: action gaps x 1 / (1 - alpha) (Baird 1999; Bellemare et al. 2016)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -231,11 +219,11 @@ def layer_init(features, std=np.sqrt(2), bias_const=0.0):
 
 
 class QNetwork(nn.Module):
-    """128-128 ReLU MLP, LayerNorm before each hidden ReLU (unless layer_norm is False):
-    observation -> one Q-value per action."""
+    """128-128 ReLU MLP: observation -> one Q-value per action; with layer_norm, a LayerNorm before
+    each hidden ReLU."""
 
     num_actions: int
-    layer_norm: bool = True
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs):
@@ -296,36 +284,43 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.batch_size > args.buffer_size:
-        raise ValueError(f"batch_size = {args.batch_size} is larger than buffer_size = {args.buffer_size}")
-    if args.learning_starts < args.batch_size:
-        raise ValueError(
-            f"learning_starts = {args.learning_starts} is less than one batch "
-            f"(batch_size = {args.batch_size})"
-        )
-    if args.total_timesteps <= args.learning_starts:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} leaves no training after "
-            f"learning_starts = {args.learning_starts}"
-        )
-    if args.alpha < 0 or not 0.0 <= args.beta_start <= 1.0 or args.prior_eps <= 0:
-        raise ValueError(
-            f"need alpha >= 0, 0 <= beta_start <= 1 and prior_eps > 0, got {args.alpha}, "
-            f"{args.beta_start}, {args.prior_eps}"
-        )
-    if args.n_step < 1:
-        raise ValueError(f"n_step = {args.n_step} must be >= 1 (1 is the one-step target)")
-    if not 0.0 < args.tau <= 1.0:
-        raise ValueError(f"tau = {args.tau} must be in (0, 1]")
-    if not 0.0 <= args.al_alpha < 1.0:
-        raise ValueError(f"al_alpha = {args.al_alpha} must be in [0, 1) (0 is the DQN target)")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("buffer_size", args.buffer_size >= 1, ">= 1"),
+        ("alpha", args.alpha >= 0, ">= 0 (0 is uniform replay)"),
+        ("beta_start", 0 <= args.beta_start <= 1, "in [0, 1]"),
+        ("prior_eps", args.prior_eps > 0, "> 0"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("target_network_frequency", args.target_network_frequency >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("start_e", 0 <= args.start_e <= 1, "in [0, 1]"),
+        ("end_e", 0 <= args.end_e <= 1, "in [0, 1]"),
+        ("exploration_fraction", 0 < args.exploration_fraction <= 1, "in (0, 1]"),
+        ("learning_starts", args.learning_starts >= 0, ">= 0"),
+        ("train_frequency", args.train_frequency >= 1, ">= 1"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("n_step", args.n_step >= 1, ">= 1 (1 is the one-step target)"),
+        ("al_alpha", 0 <= args.al_alpha < 1, "in [0, 1) (0 is the plain target)"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("buffer_size", args.buffer_size >= args.batch_size, ">= --batch-size"),
+        ("start_e", args.start_e >= args.end_e, ">= --end-e"),
+        ("learning_starts", args.learning_starts >= args.batch_size, ">= --batch-size"),
+        ("total_timesteps", args.total_timesteps > args.learning_starts, "> --learning-starts"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Discrete actions. For continuous actions use algos/sac_jax.py, "
-            f"algos/td3_jax.py or algos/ddpg_jax.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Discrete "
+            f"actions. For continuous actions use algos/sac_jax.py, algos/td3_jax.py or "
+            f"algos/ddpg_jax.py"
         )
 
 
@@ -354,6 +349,8 @@ def evaluate(model_path, env_id, eval_episodes, seed, layer_norm):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environments, networks, optimiser, replay buffer
     num_iterations = args.total_timesteps // args.num_envs
     num_gradient_steps = count_gradient_steps(
         args.total_timesteps, args.num_envs, args.learning_starts, args.train_frequency
@@ -395,7 +392,7 @@ def train(args: Args) -> dict:
 
     def loss_fn(params, target_params, obs, actions, rewards, next_obs, dones, discounts, weights):
         targets = max_q_target(q_network.apply(target_params, next_obs), rewards, dones, discounts)
-        if args.al_alpha > 0.0:  # advantage learning (alpha 0.9 by default; --al-alpha 0 skips it)
+        if args.al_alpha > 0.0:  # advantage learning; --al-alpha 0 skips it
             targets = advantage_learning_target(
                 targets, q_network.apply(target_params, obs), actions, args.al_alpha
             )
@@ -416,10 +413,9 @@ def train(args: Args) -> dict:
         lambda params, target_params: optax.incremental_update(params, target_params, args.tau)
     )
 
-    # buffers on the host; each sampled batch moves to the device
-    # Replay buffer: a ring of preallocated arrays of n-step transitions. next_obs holds the true
-    # observation n steps on (final_obs at an episode end), dones the `terminated` flag only, and
-    # discounts gamma^k for the k rewards summed into the transition.
+    # Replay buffer, on the host (each sampled batch moves to the device): a ring of preallocated
+    # arrays of n-step transitions. next_obs holds the true observation n steps on (final_obs at an
+    # episode end), dones the `terminated` flag only, discounts gamma^k for the k rewards summed.
     obs_rb = np.zeros((args.buffer_size, obs_dim), dtype=np.float32)
     next_obs_rb = np.zeros((args.buffer_size, obs_dim), dtype=np.float32)
     actions_rb = np.zeros(args.buffer_size, dtype=np.int32)
@@ -439,13 +435,14 @@ def train(args: Args) -> dict:
     obs = np.asarray(envs.reset(seed=args.seed)[0], dtype=np.float32)
 
     for iteration in range(1, num_iterations + 1):
+        # ---- 2. Act: epsilon-greedy (uniform-random before learning_starts), one step of every env
         global_step += args.num_envs
         epsilon = linear_schedule(
             args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
         )
         if global_step <= args.learning_starts:
             epsilon = 1.0  # uniform-random warm-up fills the buffer
-        # ---- act: epsilon-greedy, its coins and random actions drawn a block of steps at a time
+        # the coins and random actions of epsilon-greedy are drawn a block of steps at a time
         j = (iteration - 1) % EXPLORATION_BLOCK
         if j == 0:
             coins, random_actions, key = exploration_draws(
@@ -461,7 +458,7 @@ def train(args: Args) -> dict:
         ep_length += 1
         next_obs = np.asarray(next_obs, dtype=np.float32)
 
-        # ---- store: an ended episode's true last observation is final_obs, not the reset one
+        # ---- 3. Store: an ended episode's true last observation is final_obs, not the reset one
         real_next_obs = transition_next_obs(next_obs, infos)
         for i in range(args.num_envs):
             windows[i].append((obs[i], action[i], reward[i], real_next_obs[i], terminated[i]))
@@ -482,6 +479,7 @@ def train(args: Args) -> dict:
                 windows[i].pop(0)
         obs = next_obs
 
+        # episode statistics of every env whose episode ended at this step
         for i in np.flatnonzero(terminated | truncated):
             episode_returns.append((global_step, float(ep_return[i])))
             recent = [r for _, r in episode_returns[-20:]]
@@ -489,7 +487,7 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
             ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- update: one gradient step on a prioritised minibatch every train_frequency steps
+        # ---- 4. Update: one gradient step on a prioritised minibatch every train_frequency steps
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b, priorities = tree.sample(args.batch_size, rng, rb_size)
@@ -521,10 +519,11 @@ def train(args: Args) -> dict:
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     writer.add_scalar("charts/SPS", sps, global_step)
 
-            # ---- target network: hard copy (tau = 1) or Polyak average every C steps
+            # ---- 5. Target network: hard copy (tau = 1) or Polyak average every C steps
             if iteration % args.target_network_frequency == 0:
                 target_params = soft_update(params, target_params)
 
+        # the progress line, at most twice a second
         if args.progress and (time.time() - last_print > 0.5 or iteration == num_iterations):
             last_print = time.time()
             mean_recent = np.mean(recent) if recent else float("nan")
@@ -536,9 +535,9 @@ def train(args: Args) -> dict:
                 file=sys.stderr,
                 flush=True,
             )
+    # ---- 6. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
-
     envs.close()
     wall_time = time.time() - start_time
     if num_updates > 0:
@@ -569,4 +568,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,24 +1,14 @@
 """PPO with the clipped surrogate, continuous (Box) actions -- the PyTorch twin.
 
+Discrete PPO with a diagonal Gaussian policy (a state-independent log-std), running observation
+normalisation and reward scaling, and actions clipped to the bounds only at env.step.
 Papers: Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347;
         Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized
         Advantage Estimation", arXiv:1506.02438.
 Twin:   algos/ppo_continuous_jax.py (`diff algos/ppo_continuous_torch.py algos/ppo_continuous_jax.py`
         shows only the framework). Discrete-action PPO: algos/ppo_torch.py.
 Docs:   docs/algorithms/ppo_continuous.md
-
-What changes from discrete PPO: a diagonal Gaussian policy whose log-std is a free parameter vector
-(not a function of the state), observations normalised and rewards scaled with running statistics
-(saved with the model; evaluation uses them frozen), and actions clipped to the bounds before
-env.step while the log-prob stays that of the unclipped sample.
-
-Verified (tests/): gaussian_log_prob, gaussian_entropy and the running mean/std against
-hand-computed numbers, parity with the JAX twin within 1e-5 (values and gradients), a smoke run,
-bit-identical curves for two runs with the same seed, and learning: seeds 1-3 reached a 20-episode
-mean of 1000 on InvertedPendulum-v5 at 50k steps (registered at >= 800; pytest -m learning), and
-between -155 and -214 on Pendulum-v1 at 200k steps with --num-envs 4 --num-steps 1024 --gamma 0.9
---learning-rate 1e-3 (registered at >= -300).
-Reproduce: python algos/ppo_continuous_torch.py --seed 1
+Run:    python algos/ppo_continuous_torch.py --seed 1
 """
 
 import os
@@ -42,9 +32,9 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "InvertedPendulum-v5"
-    """gymnasium environment id (continuous Box actions)"""
+    """gymnasium environment id, continuous Box actions (CleanRL: HalfCheetah-v4)"""
     total_timesteps: int = 100_000
-    """total environment steps, summed over the vector envs"""
+    """total environment steps, summed over the vector envs (CleanRL: 1M)"""
     num_envs: int = 1
     """parallel environments (gymnasium SyncVectorEnv, same-step autoreset)"""
     num_steps: int = 2048
@@ -245,23 +235,42 @@ def make_envs(env_id, num_envs):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
     batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches != 0:
-        raise ValueError(
-            f"num_envs * num_steps = {batch_size} is not divisible by "
-            f"num_minibatches = {args.num_minibatches}"
-        )
-    if args.total_timesteps < batch_size:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} is less than one rollout "
-            f"(num_envs * num_steps = {batch_size})"
-        )
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("num_steps", args.num_steps >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("gae_lambda", 0 <= args.gae_lambda <= 1, "in [0, 1]"),
+        ("num_minibatches", args.num_minibatches >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("ent_coef", args.ent_coef >= 0, ">= 0"),
+        ("vf_coef", args.vf_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "num_minibatches",
+            args.num_minibatches >= 1 and batch_size % args.num_minibatches == 0,
+            f"a divisor of --num-envs * --num-steps = {batch_size}",
+        ),
+        (
+            "total_timesteps",
+            args.total_timesteps >= batch_size,
+            f">= one rollout, --num-envs * --num-steps = {batch_size}",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for continuous (Box) actions. For discrete actions use algos/ppo_torch.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for continuous "
+            f"(Box) actions. For discrete actions use algos/ppo_torch.py"
         )
 
 
@@ -292,6 +301,8 @@ def evaluate(model_path, env_id, eval_episodes, seed):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environments, networks, optimiser
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size
@@ -345,7 +356,7 @@ def train(args: Args) -> dict:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # ---- rollout
+        # ---- 2. Rollout
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs_buf[step] = next_obs
@@ -389,14 +400,14 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
                 ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- advantages (bootstrap from the observation after the rollout)
+        # ---- 3. Advantages: GAE, bootstrapped from the observation after the rollout
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
         advantages, returns = compute_gae(
             rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
         )
 
-        # ---- update: epochs x minibatches over the flattened batch
+        # ---- 4. Update: epochs x minibatches over the flattened batch
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_actions, b_logps = actions_buf.reshape(batch_size, action_dim), logps_buf.reshape(-1)
         b_advantages, b_returns, b_values = (
@@ -432,6 +443,7 @@ def train(args: Args) -> dict:
                 stats["value_loss"] += v_loss.item()
                 stats["entropy"] += entropy_loss.item()
 
+        # ---- 5. Logging
         num_updates = args.update_epochs * args.num_minibatches
         var_returns = b_returns.var().item()
         explained_var = (
@@ -453,6 +465,7 @@ def train(args: Args) -> dict:
                 file=sys.stderr,
                 flush=True,
             )
+    # ---- 6. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
 
@@ -488,4 +501,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

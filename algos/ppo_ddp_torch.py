@@ -1,26 +1,14 @@
 """PPO with the clipped surrogate, discrete actions, data parallel over processes -- the PyTorch twin.
 
-algos/ppo_torch.py spread over torchrun processes (ranks) with DistributedDataParallel: every rank
-steps its own num_envs environments (seeded seed + rank * num_envs + i), computes GAE on its own
-rollout, and takes the same minibatch positions of its share (one shuffling seed for all ranks);
-DDP all-reduces (averages) the gradients in backward, so every rank takes the same Adam step and the
-parameters stay equal. Advantages are normalised over the whole (global) minibatch with two
-all-reduces. Only rank 0 writes TensorBoard, prints and saves; finished episodes are gathered to it.
-Launch: torchrun --nproc_per_node=2 algos/ppo_ddp_torch.py (gloo on the CPU, nccl on CUDA); without
-torchrun it runs as one process (world size 1), no process group.
-
+algos/ppo_torch.py over torchrun processes with DistributedDataParallel: every rank steps its own
+environments, DDP averages the gradients, and advantages are normalised over the global minibatch.
 Papers: Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347;
         Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized
         Advantage Estimation", arXiv:1506.02438.
-Twin:   algos/ppo_ddp_jax.py (jax.sharding over devices); the single-process original is
-        algos/ppo_torch.py (`diff algos/ppo_torch.py algos/ppo_ddp_torch.py` shows the distribution).
+Twin:   algos/ppo_ddp_jax.py (jax.sharding); the single-process original is algos/ppo_torch.py
+        (`diff algos/ppo_torch.py algos/ppo_ddp_torch.py` shows the distribution).
 Docs:   docs/algorithms/ppo_ddp.md
-
-Verified (tests/): the update of 2 gloo processes, each holding half of a fixed batch, equals the
-1-process update on the concatenated batch within 1e-5 (tests/unit/test_ppo_ddp.py, global advantage
-normalisation included); a torchrun run with 2 processes; the single-process smoke run
-(tests/smoke). The update's math (compute_gae, the losses) is algos/ppo_torch.py's, verified there.
-Reproduce: torchrun --nproc_per_node=2 algos/ppo_ddp_torch.py --seed 1 --num-envs 4
+Run:    torchrun --nproc_per_node=2 algos/ppo_ddp_torch.py --num-envs 4  (plain python: one process)
 """
 
 import os
@@ -48,13 +36,13 @@ class Args:
     env_id: str = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     total_timesteps: int = 400_000
-    """total environment steps, summed over the vector envs of every worker"""
+    """total environment steps, summed over the vector envs of every worker (CleanRL: 500k)"""
     num_envs: int = 8
-    """parallel environments per worker (a torchrun rank or a JAX device; gymnasium SyncVectorEnv, same-step autoreset)"""
+    """parallel environments per worker, a torchrun rank or a JAX device (CleanRL's ppo.py: 4)"""
     num_steps: int = 128
     """steps per environment per rollout"""
     learning_rate: float = 1e-3
-    """Adam learning rate (CleanRL's 2.5e-4 barely moves the policy in 390 updates; docs/algorithms/ppo.md)"""
+    """Adam learning rate (CleanRL: 2.5e-4; why 1e-3 here: docs/algorithms/ppo.md)"""
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0 over the run"""
     gamma: float = 0.99
@@ -244,7 +232,7 @@ class Agent(nn.Module):
 
     def act(self, obs):
         """Sample actions; return (action, log-prob, value). A raw log-softmax and multinomial
-        draw instead of a torch.distributions object: about 3x cheaper in the acting loop."""
+        draw instead of a torch.distributions object: much cheaper in the acting loop."""
         logits = self.actor(obs)
         logp_all = torch.log_softmax(logits, dim=-1)
         action = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
@@ -278,23 +266,43 @@ def make_envs(env_id, num_envs):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches != 0:
-        raise ValueError(
-            f"num_envs * num_steps = {batch_size} is not divisible by "
-            f"num_minibatches = {args.num_minibatches}"
-        )
-    if args.total_timesteps < batch_size:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} is less than one rollout "
-            f"(num_envs * num_steps = {batch_size})"
-        )
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    batch_size = args.num_envs * args.num_steps  # one worker's share
+    workers = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's process count; 1 started plainly
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("num_steps", args.num_steps >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("gae_lambda", 0 <= args.gae_lambda <= 1, "in [0, 1]"),
+        ("num_minibatches", args.num_minibatches >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("ent_coef", args.ent_coef >= 0, ">= 0"),
+        ("vf_coef", args.vf_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "num_minibatches",
+            args.num_minibatches >= 1 and batch_size % args.num_minibatches == 0,
+            f"a divisor of --num-envs * --num-steps = {batch_size} (each worker's share)",
+        ),
+        (
+            "total_timesteps",
+            args.total_timesteps >= batch_size * workers,
+            f">= one rollout of {workers} workers x --num-envs x --num-steps = {batch_size * workers}",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Discrete "
+            f"actions. For continuous actions use algos/ppo_continuous_torch.py"
         )
 
 
@@ -336,14 +344,11 @@ def evaluate(model_path, env_id, eval_episodes, seed):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: process group, seeding, environments, networks, optimiser
     rank, world_size, device = setup_distributed(args)
     batch_size = args.num_envs * args.num_steps  # this rank's share; the global batch is world_size times it
     num_iterations = args.total_timesteps // (batch_size * world_size)
-    if num_iterations < 1:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} is less than one rollout of "
-            f"{world_size} workers (world_size * num_envs * num_steps = {batch_size * world_size})"
-        )
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = None
@@ -400,7 +405,7 @@ def train(args: Args) -> dict:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # ---- rollout (every rank its own envs; global_step counts the steps of all ranks)
+        # ---- 2. Rollout: every rank its own envs; global_step counts the steps of all ranks
         finished = []  # (global_step, return, length) of this rank's episodes ended in this rollout
         for step in range(args.num_steps):
             global_step += args.num_envs * world_size
@@ -440,14 +445,14 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/episodic_length", length, step_)
         recent = [r for _, r in episode_returns[-20:]]
 
-        # ---- advantages (bootstrap from the observation after the rollout): per rank, per env
+        # ---- 3. Advantages: GAE per rank and env, bootstrapped from the observation after the rollout
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
         advantages, returns = compute_gae(
             rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
         )
 
-        # ---- update: epochs x minibatches over the flattened batch, gradients averaged over ranks
+        # ---- 4. Update: epochs x minibatches over the flattened batch, gradients averaged over ranks
         batch = {
             "obs": obs_buf.reshape(batch_size, obs_dim),
             "actions": actions_buf.reshape(-1),
@@ -464,6 +469,7 @@ def train(args: Args) -> dict:
         reduced = all_reduce_sum(torch.tensor(list(stats.values()), device=device)) / world_size
         stats = dict(zip(stats, reduced.tolist()))
 
+        # ---- 5. Logging
         num_updates = args.update_epochs * args.num_minibatches
         b_returns, b_values = batch["returns"], batch["values"]
         var_returns = b_returns.var().item()  # explained variance of rank 0's share of the batch
@@ -487,6 +493,7 @@ def train(args: Args) -> dict:
                 file=sys.stderr,
                 flush=True,
             )
+    # ---- 6. Summary: close, save, evaluate
     if rank == 0 and args.progress:
         print(file=sys.stderr)
 
@@ -519,4 +526,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,17 +1,13 @@
 """PPO with the clipped surrogate, discrete actions -- the PyTorch twin.
 
+Several epochs of minibatch steps on each rollout, on a surrogate whose clipped probability ratio
+removes the incentive to move the policy far from the one that collected the data.
 Papers: Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347;
         Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized
         Advantage Estimation", arXiv:1506.02438.
 Twin:   algos/ppo_jax.py (`diff algos/ppo_torch.py algos/ppo_jax.py` shows only the framework).
 Docs:   docs/algorithms/ppo.md
-
-Verified (tests/): compute_gae, ppo_policy_loss and ppo_value_loss against hand-computed numbers
-(worked problems 3, 7 and 8), parity with the JAX twin within 1e-5 (values and gradients), a smoke
-run, bit-identical runs however the script is started (tests/unit/test_determinism.py), and
-learning: a 20-episode mean return >= 475 on CartPole-v1 at 400k steps on every one of seeds 1-5
-(pytest -m learning; measured 500 on seeds 1-10), 2 of seeds 1-3 >= 450 in the default suite.
-Reproduce: python algos/ppo_torch.py --seed 1
+Run:    python algos/ppo_torch.py --seed 1
 """
 
 import os
@@ -37,13 +33,13 @@ class Args:
     env_id: str = "CartPole-v1"
     """gymnasium environment id (discrete actions)"""
     total_timesteps: int = 400_000
-    """total environment steps, summed over the vector envs"""
+    """total environment steps, summed over the vector envs (CleanRL: 500k)"""
     num_envs: int = 8
-    """parallel environments (gymnasium SyncVectorEnv, same-step autoreset)"""
+    """parallel environments (gymnasium SyncVectorEnv, same-step autoreset; CleanRL: 4)"""
     num_steps: int = 128
     """steps per environment per rollout"""
     learning_rate: float = 1e-3
-    """Adam learning rate (CleanRL's 2.5e-4 barely moves the policy in 390 updates; docs/algorithms/ppo.md)"""
+    """Adam learning rate (CleanRL: 2.5e-4; why 1e-3 here: docs/algorithms/ppo.md)"""
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0 over the run"""
     gamma: float = 0.99
@@ -160,7 +156,7 @@ class Agent(nn.Module):
 
     def act(self, obs):
         """Sample actions; return (action, log-prob, value). A raw log-softmax and multinomial
-        draw instead of a torch.distributions object: about 3x cheaper in the acting loop."""
+        draw instead of a torch.distributions object: much cheaper in the acting loop."""
         logits = self.actor(obs)
         logp_all = torch.log_softmax(logits, dim=-1)
         action = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
@@ -189,23 +185,42 @@ def make_envs(env_id, num_envs):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
     batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches != 0:
-        raise ValueError(
-            f"num_envs * num_steps = {batch_size} is not divisible by "
-            f"num_minibatches = {args.num_minibatches}"
-        )
-    if args.total_timesteps < batch_size:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} is less than one rollout "
-            f"(num_envs * num_steps = {batch_size})"
-        )
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("num_steps", args.num_steps >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("gae_lambda", 0 <= args.gae_lambda <= 1, "in [0, 1]"),
+        ("num_minibatches", args.num_minibatches >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("ent_coef", args.ent_coef >= 0, ">= 0"),
+        ("vf_coef", args.vf_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "num_minibatches",
+            args.num_minibatches >= 1 and batch_size % args.num_minibatches == 0,
+            f"a divisor of --num-envs * --num-steps = {batch_size}",
+        ),
+        (
+            "total_timesteps",
+            args.total_timesteps >= batch_size,
+            f">= one rollout, --num-envs * --num-steps = {batch_size}",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Discrete "
+            f"actions. For continuous actions use algos/ppo_continuous_torch.py"
         )
 
 
@@ -232,6 +247,8 @@ def evaluate(model_path, env_id, eval_episodes, seed):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environments, networks, optimiser
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size
@@ -276,7 +293,7 @@ def train(args: Args) -> dict:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # ---- rollout
+        # ---- 2. Rollout
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs_buf[step] = next_obs
@@ -308,14 +325,14 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
                 ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- advantages (bootstrap from the observation after the rollout)
+        # ---- 3. Advantages: GAE, bootstrapped from the observation after the rollout
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
         advantages, returns = compute_gae(
             rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
         )
 
-        # ---- update: epochs x minibatches over the flattened batch
+        # ---- 4. Update: epochs x minibatches over the flattened batch
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_actions, b_logps = actions_buf.reshape(-1), logps_buf.reshape(-1)
         b_advantages, b_returns, b_values = (
@@ -351,6 +368,7 @@ def train(args: Args) -> dict:
                 stats["value_loss"] += v_loss.item()
                 stats["entropy"] += entropy_loss.item()
 
+        # ---- 5. Logging
         num_updates = args.update_epochs * args.num_minibatches
         var_returns = b_returns.var().item()
         explained_var = (
@@ -372,6 +390,7 @@ def train(args: Args) -> dict:
                 file=sys.stderr,
                 flush=True,
             )
+    # ---- 6. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
 
@@ -398,4 +417,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

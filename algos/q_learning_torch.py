@@ -1,23 +1,13 @@
 """Tabular Q-learning with epsilon-greedy exploration -- the PyTorch twin.
 
+A table Q[s, a] moves towards r + gamma max_a' Q[s', a'], by a constant step size or the Robbins-Monro
+1 / N(s, a)^lr_power; the greedy policy is then compared with the model's optimum (value iteration).
 Papers: Watkins 1989, "Learning from Delayed Rewards" (PhD thesis, Cambridge); Watkins & Dayan 1992,
         "Q-learning", Machine Learning 8; Jaakkola, Jordan & Singh 1994, "On the Convergence of
         Stochastic Iterative Dynamic Programming Algorithms", Neural Computation 6.
-Twin:   algos/q_learning_jax.py (`diff algos/q_learning_torch.py algos/q_learning_jax.py` shows only the framework).
+Twin:   algos/q_learning_jax.py (`diff algos/q_learning_torch.py algos/q_learning_jax.py`: the framework).
 Docs:   docs/algorithms/q_learning.md
-
-A table Q[s, a], updated from sampled transitions towards r + gamma * max_a' Q[s', a'] (no
-bootstrap after a termination; a truncation bootstraps from infos["final_obs"]). The step size is a
-constant or the Robbins-Monro schedule 1 / N(s, a)^lr_power. At the end the greedy policy is
-compared with the optimum, which the script computes from the environment's model by value iteration
-(the same sweep as algos/value_iteration_torch.py).
-
-Verified (tests/): the update by hand (a termination does not bootstrap, colliding updates add up),
-the Robbins-Monro step sizes, the exact value of a greedy policy, parity with the JAX twin within 1e-5, a
-smoke run, bit-identical figures for two runs with the same seed, and learning (pytest -m learning):
-on slippery FrozenLake-v1 the greedy policy's exact value from the start state is >= 0.95 of the
-optimum at 200k steps, seeds 1-3.
-Reproduce: python algos/q_learning_torch.py --seed 1
+Run:    python algos/q_learning_torch.py --seed 1
 """
 
 import os
@@ -38,8 +28,7 @@ class Args:
     seed: int = 1
     """seed of python, numpy, the framework and the environments"""
     cuda: bool = True
-    """accepted for parity with the deep scripts (CleanRL's convention): the tabular Q table stays on
-    the CPU either way (one tiny update per environment step gains nothing from a GPU)"""
+    """accepted for parity with the deep scripts (CleanRL's convention); the Q table stays on the CPU"""
     env_id: str = "FrozenLake-v1"
     """gymnasium environment id (Discrete observations and actions; slippery by default)"""
     total_timesteps: int = 200_000
@@ -152,18 +141,34 @@ def mdp_from_env(env):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written."""
-    if args.robbins_monro and not 0.5 < args.lr_power <= 1.0:
-        raise ValueError(f"lr_power = {args.lr_power}: the Robbins-Monro conditions need 0.5 < lr_power <= 1")
+    """Refuse bad flags before any environment is built or any run directory written (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("learning_rate", 0 < args.learning_rate <= 1, "in (0, 1]"),
+        ("lr_power", 0.5 < args.lr_power <= 1, "in (0.5, 1] (the Robbins-Monro conditions)"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("start_e", 0 <= args.start_e <= 1, "in [0, 1]"),
+        ("end_e", 0 <= args.end_e <= 1, "in [0, 1]"),
+        ("exploration_fraction", 0 < args.exploration_fraction <= 1, "in (0, 1]"),
+        ("rollout_episodes", args.rollout_episodes >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("start_e", args.start_e >= args.end_e, ">= --end-e"),
+        ("total_timesteps", args.total_timesteps >= args.num_envs, ">= --num-envs"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     env = gym.make(args.env_id)  # env construction only: no step taken
     if not isinstance(env.action_space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(env.action_space).__name__} action space; tabular "
+            f"--env-id {args.env_id} has a {type(env.action_space).__name__} action space; tabular "
             f"Q-learning needs Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
         )
     if not isinstance(env.observation_space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(env.observation_space).__name__} observation space; "
+            f"--env-id {args.env_id} has a {type(env.observation_space).__name__} observation space; "
             f"a table needs Discrete states. With function approximation use algos/dqn_torch.py"
         )
     env.close()
@@ -195,6 +200,7 @@ def evaluate(model_path, env_id, eval_episodes, seed):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+    # ---- 1. Setup: seeding, environments, the Q table and its visit counts
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -206,10 +212,10 @@ def train(args: Args) -> dict:
     random.seed(args.seed)
     np.random.seed(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
-    # One intra-op thread: the tables are tiny and each step is a handful of small ops; with the
-    # default thread pool a 200k-step run took 165 s here under load, with one thread 9 s.
+    # One intra-op thread: the tables are tiny and each step is a handful of small ops, which a
+    # thread pool only slows down (docs/algorithms/q_learning.md, Speed).
     torch.set_num_threads(1)
-    # the tabular Q table stays on the CPU whatever --cuda says (see Args.cuda)
+    # the Q table stays on the CPU whatever --cuda says: one tiny update per step gains nothing from a GPU
 
     envs = make_envs(args.env_id, args.num_envs)
     num_states, num_actions = int(envs.single_observation_space.n), int(envs.single_action_space.n)
@@ -243,6 +249,7 @@ def train(args: Args) -> dict:
     states = torch.as_tensor(envs.reset(seed=args.seed)[0], dtype=torch.int64)
 
     for iteration in range(1, num_iterations + 1):
+        # ---- 2. Act: epsilon-greedy on the table, epsilon decaying linearly
         global_step += args.num_envs
         epsilon = linear_schedule(
             args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
@@ -252,6 +259,7 @@ def train(args: Args) -> dict:
         ep_return += reward
         ep_length += 1
         done = terminated | truncated
+        # ---- 3. Update: one batched Q-learning step on the real transitions
         # The target's next state is the true one: after any end that is infos["final_obs"]
         # (same-step autoreset put the next episode's first state in obs). Only a termination
         # cuts the bootstrap; a truncated episode's value goes on.
@@ -269,6 +277,7 @@ def train(args: Args) -> dict:
         )
         states = torch.as_tensor(obs, dtype=torch.int64)
 
+        # ---- 4. Logging
         for i in np.flatnonzero(done):
             episode_returns.append((global_step, float(ep_return[i])))
             recent = [r for _, r in episode_returns[-20:]]
@@ -298,7 +307,7 @@ def train(args: Args) -> dict:
     envs.close()
     wall_time = time.time() - start_time
 
-    # ---- the learned greedy policy against the optimum of the model (value iteration)
+    # ---- 5. Summary: the greedy policy against the model's optimum (value iteration); save, evaluate
     env = gym.make(args.env_id)
     greedy = Q.argmax(-1)
     summary = {
@@ -339,4 +348,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

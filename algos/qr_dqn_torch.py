@@ -1,25 +1,12 @@
 """QR-DQN: distributional DQN by quantile regression on N fixed quantile fractions -- the PyTorch twin.
 
+Per action the network gives N return quantiles, each of probability 1/N, fitted to the target
+quantiles r + gamma theta_j by the quantile Huber loss; acting is greedy on their mean.
 Papers: Dabney, Rowland, Bellemare and Munos 2017, "Distributional Reinforcement Learning with
         Quantile Regression", arXiv:1710.10044; Mnih et al. 2015 (DQN), Nature 518.
 Twin:   algos/qr_dqn_jax.py (`diff algos/qr_dqn_torch.py algos/qr_dqn_jax.py` shows only the framework).
 Docs:   docs/algorithms/qr_dqn.md
-
-Verified (tests/): quantile_taus, quantile_target and quantile_huber_loss against hand-computed
-numbers, the loss's minimiser (fitted quantiles of a fixed discrete distribution converge to its
-true quantiles), parity with the JAX twin within 1e-5 (values and gradients), a smoke run,
-bit-identical curves for two runs with the same seed, count_gradient_steps against a brute-force
-count of the loop (the annealed learning rate's length), and learning, both twins: a 20-episode mean
-return >= 450 on CartPole-v1 at 100k steps on every one of seeds 1-5 (pytest -m learning;
-seeds 1-20 in docs/algorithms/qr_dqn.md). The defaults' 3-step target and LayerNorm
-(issue 18): n_step_transition by hand and through the training loop's own windows
-(tests/unit/test_value_based_n_step.py), the target with per-sample discounts, and the Q-network's
-parity with and without LayerNorm.
-The --al-alpha flag (advantage learning, off by default; every target quantile moves down by alpha times
-the action gap): the shift by hand, the shifted distribution's mean through quantile_target equal
-to the scalar target, twin parity, bad alpha refused, the training loop's branch live
-(tests/unit/test_advantage_learning.py); why it is off here: docs/algorithms/dqn.md, the ninth round.
-Reproduce: python algos/qr_dqn_torch.py --seed 1
+Run:    python algos/qr_dqn_torch.py --seed 1
 """
 
 import copy
@@ -53,10 +40,10 @@ class Args:
     """Adam learning rate"""
     buffer_size: int = 100_000
     """replay buffer capacity (transitions); the oldest are overwritten first"""
-    gamma: float = 0.998
-    """discount factor (0.998: a horizon of about 500 steps, the episode's length, in which a drift to the edge shows; docs/algorithms/dqn.md)"""
+    gamma: float = 0.99
+    """discount factor"""
     n_quantiles: int = 50
-    """quantiles of the return distribution, at fractions tau_i = (2i - 1) / 2N"""
+    """quantiles of the return distribution, at fractions tau_i = (2i - 1) / 2N (the paper: 200)"""
     kappa: float = 1.0
     """threshold of the quantile Huber loss (0: the plain quantile loss)"""
     tau: float = 1.0
@@ -77,14 +64,14 @@ class Args:
     """vector-env steps between gradient steps"""
     max_grad_norm: float = 10.0
     """global gradient-norm clip"""
-    anneal_lr: bool = True
-    """decay the learning rate linearly to 0 over the run's gradient steps (the final policy settles)"""
-    n_step: int = 3
-    """rewards summed into one transition before bootstrapping (multi-step target; 1: the 2015 one-step target)"""
-    layer_norm: bool = True
-    """LayerNorm before each hidden ReLU of the Q-network (--no-layer-norm: the 2015 network)"""
+    anneal_lr: bool = False
+    """decay the learning rate linearly to 0 over the run's gradient steps (off: the paper's constant)"""
+    n_step: int = 1
+    """rewards summed per transition before bootstrapping (1: QR-DQN's; 3: Rainbow's, Hessel et al. 2018)"""
+    layer_norm: bool = False
+    """LayerNorm before each hidden ReLU (Ba et al. 2016, arXiv:1607.06450; off: the paper's MLP)"""
     al_alpha: float = 0.0
-    """advantage learning: move every target quantile down by al_alpha x (max_b Q_target(s, b) - Q_target(s, a)), widening every action gap by 1 / (1 - al_alpha) (0, the default: the QR-DQN target; 0.9 left 5 of 20 C51 JAX runs below 450 and bought QR-DQN JAX nothing, docs/algorithms/dqn.md, the ninth round)"""
+    """advantage learning (Bellemare et al. 2016): target quantiles move down by alpha x the action gap"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -185,10 +172,10 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class QNetwork(nn.Module):
-    """128-128 ReLU MLP, LayerNorm before each hidden ReLU (unless layer_norm is False):
+    """128-128 ReLU MLP (with layer_norm, LayerNorm before each hidden ReLU):
     observation -> n_quantiles quantiles of the return per action, (B, A, N)."""
 
-    def __init__(self, obs_dim, num_actions, n_quantiles, layer_norm=True):
+    def __init__(self, obs_dim, num_actions, n_quantiles, layer_norm=False):
         super().__init__()
         self.num_actions, self.n_quantiles = num_actions, n_quantiles
         # LayerNorm (eps 1e-6, flax's default) before each hidden ReLU; nn.Identity without it
@@ -244,31 +231,40 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.batch_size > args.buffer_size:
-        raise ValueError(f"batch_size = {args.batch_size} is larger than buffer_size = {args.buffer_size}")
-    if args.learning_starts < args.batch_size:
-        raise ValueError(
-            f"learning_starts = {args.learning_starts} is less than one batch "
-            f"(batch_size = {args.batch_size})"
-        )
-    if args.total_timesteps <= args.learning_starts:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} leaves no training after "
-            f"learning_starts = {args.learning_starts}"
-        )
-    if args.n_quantiles < 1 or args.kappa < 0:
-        raise ValueError(f"need n_quantiles >= 1 and kappa >= 0, got {args.n_quantiles}, {args.kappa}")
-    if args.n_step < 1:
-        raise ValueError(f"n_step = {args.n_step} must be >= 1 (1 is the one-step target)")
-    if not 0.0 < args.tau <= 1.0:
-        raise ValueError(f"tau = {args.tau} must be in (0, 1]")
-    if not 0.0 <= args.al_alpha < 1.0:
-        raise ValueError(f"al_alpha = {args.al_alpha} must be in [0, 1) (0 is the QR-DQN target)")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("buffer_size", args.buffer_size >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("n_quantiles", args.n_quantiles >= 1, ">= 1"),
+        ("kappa", args.kappa >= 0, ">= 0 (0: the plain quantile loss)"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("target_network_frequency", args.target_network_frequency >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("start_e", 0 <= args.start_e <= 1, "in [0, 1]"),
+        ("end_e", 0 <= args.end_e <= 1, "in [0, 1]"),
+        ("exploration_fraction", 0 < args.exploration_fraction <= 1, "in (0, 1]"),
+        ("learning_starts", args.learning_starts >= 0, ">= 0"),
+        ("train_frequency", args.train_frequency >= 1, ">= 1"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("n_step", args.n_step >= 1, ">= 1 (1: the one-step target)"),
+        ("al_alpha", 0 <= args.al_alpha < 1, "in [0, 1) (0: the QR-DQN target)"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("start_e", args.start_e >= args.end_e, ">= --end-e"),
+        ("buffer_size", args.buffer_size >= args.batch_size, ">= --batch-size"),
+        ("learning_starts", args.learning_starts >= args.batch_size, ">= --batch-size"),
+        ("total_timesteps", args.total_timesteps > args.learning_starts, "> --learning-starts"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"--env-id {args.env_id} has a {type(space).__name__} action space; this script is "
             f"for Discrete actions. For continuous actions use algos/sac_torch.py, "
             f"algos/td3_torch.py or algos/ddpg_torch.py"
         )
@@ -299,6 +295,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, n_quantiles, layer_norm):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+    # ---- 1. Setup: seeding, environments, networks, optimiser, replay buffer
     num_iterations = args.total_timesteps // args.num_envs
     num_gradient_steps = count_gradient_steps(
         args.total_timesteps, args.num_envs, args.learning_starts, args.train_frequency
@@ -349,6 +346,7 @@ def train(args: Args) -> dict:
     obs = np.asarray(envs.reset(seed=args.seed)[0], dtype=np.float32)
 
     for iteration in range(1, num_iterations + 1):
+        # ---- 2. Act: epsilon-greedy, uniform-random during the warm-up
         global_step += args.num_envs
         epsilon = linear_schedule(
             args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
@@ -361,7 +359,7 @@ def train(args: Args) -> dict:
         ep_length += 1
         next_obs = np.asarray(next_obs, dtype=np.float32)
 
-        # ---- store: an ended episode's true last observation is final_obs, not the reset one
+        # ---- 3. Store: an ended episode's true last observation is final_obs, not the reset one
         real_next_obs = transition_next_obs(next_obs, infos)
         for i in range(args.num_envs):
             windows[i].append((obs[i], action[i], reward[i], real_next_obs[i], terminated[i]))
@@ -388,7 +386,7 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
             ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- update: one gradient step on a uniform minibatch every train_frequency steps
+        # ---- 4. Update: one gradient step on a uniform minibatch every train_frequency steps
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b = rng.integers(0, rb_size, args.batch_size)
@@ -407,9 +405,8 @@ def train(args: Args) -> dict:
                     targets = quantile_target(
                         next_quantiles[rows, next_actions], b_rewards, b_dones, b_discounts
                     )
-                    if (
-                        args.al_alpha > 0.0
-                    ):  # advantage learning (off by default, the ninth round): every target quantile moves down
+                    # advantage learning (off by default): every target quantile moves down by alpha x the gap
+                    if args.al_alpha > 0.0:
                         q_target_obs = target_network(b_obs).mean(dim=-1)
                         targets = (
                             targets
@@ -418,7 +415,8 @@ def train(args: Args) -> dict:
                 quantiles = q_network(b_obs)[rows, b_actions]
                 loss = quantile_huber_loss(quantiles, targets, taus, args.kappa)
                 q_taken = quantiles.mean(dim=-1)
-                if args.anneal_lr:  # linear from learning_rate to 0 over the gradient steps (optax.linear_schedule in the JAX twin)
+                # linear from learning_rate to 0 over the gradient steps (JAX twin: optax.linear_schedule)
+                if args.anneal_lr:
                     optimizer.param_groups[0]["lr"] = args.learning_rate * (
                         1.0 - num_updates / max(num_gradient_steps, 1)
                     )
@@ -435,7 +433,7 @@ def train(args: Args) -> dict:
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     writer.add_scalar("charts/SPS", sps, global_step)
 
-            # ---- target network: hard copy (tau = 1) or Polyak average every C steps
+            # ---- 5. Target network: hard copy (tau = 1) or Polyak average every C steps
             if iteration % args.target_network_frequency == 0:
                 with torch.no_grad():
                     for p_target, p in zip(target_network.parameters(), q_network.parameters()):
@@ -455,6 +453,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 6. Summary: close, save, evaluate
     envs.close()
     wall_time = time.time() - start_time
     if num_updates > 0:
@@ -484,4 +483,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,4 +1,4 @@
-"""Rainbow: double, dueling, prioritized, 3-step, distributional and noisy DQN in one file -- the JAX twin.
+"""Rainbow: double, dueling, prioritized, 3-step, distributional and noisy DQN, one agent -- the JAX twin.
 
 Papers: Hessel et al. 2017, "Rainbow: Combining Improvements in Deep Reinforcement Learning",
         arXiv:1710.02298; its parts: van Hasselt et al. 2015 (arXiv:1509.06461), Wang et al. 2016
@@ -6,17 +6,10 @@ Papers: Hessel et al. 2017, "Rainbow: Combining Improvements in Deep Reinforceme
         (arXiv:1707.06887), Fortunato et al. 2017, "Noisy Networks for Exploration" (arXiv:1706.10295).
 Twin:   algos/rainbow_torch.py (`diff algos/rainbow_torch.py algos/rainbow_jax.py` shows only the framework).
 Docs:   docs/algorithms/rainbow.md
-
-Verified (tests/): n_step_transition, categorical_projection (per-sample discounts), noisy_linear
-and dueling_aggregate against hand-computed numbers, SumTree sampling and importance_weights,
-parity with the PyTorch twin within 1e-5 (values and gradients), a smoke run, bit-identical curves
-for two runs with the same seed, count_gradient_steps against a brute-force count of the loop (the
-annealed learning rate's length), and learning, both twins: a 20-episode mean return >= 450 on
-CartPole-v1 at 100k steps for at least 2 of seeds 1-3 (pytest -m learning; runs in
-docs/algorithms/rainbow.md).
-Reproduce: python algos/rainbow_jax.py --seed 1
+Run:    python algos/rainbow_jax.py --seed 1
 """
 
+import math
 import os
 import random
 import sys
@@ -48,7 +41,7 @@ class Args:
     num_envs: int = 1
     """parallel environments (gymnasium SyncVectorEnv, same-step autoreset)"""
     learning_rate: float = 1e-3
-    """Adam learning rate"""
+    """Adam learning rate (Rainbow's Atari value: 6.25e-5)"""
     buffer_size: int = 100_000
     """replay buffer capacity (transitions); the oldest are overwritten first"""
     gamma: float = 0.99
@@ -64,9 +57,9 @@ class Args:
     n_atoms: int = 51
     """atoms of the categorical return distribution"""
     v_min: float = -100.0
-    """smallest atom (return values below it are clipped onto it)"""
+    """smallest atom (return values below it are clipped onto it; Rainbow's Atari value: -10)"""
     v_max: float = 100.0
-    """largest atom (return values above it are clipped onto it)"""
+    """largest atom (return values above it are clipped onto it; Rainbow's Atari value: 10)"""
     noisy_std: float = 0.5
     """sigma_0 of the factorised Gaussian noise of the noisy layers (they replace epsilon-greedy)"""
     tau: float = 1.0
@@ -82,7 +75,7 @@ class Args:
     max_grad_norm: float = 10.0
     """global gradient-norm clip"""
     anneal_lr: bool = True
-    """decay the learning rate linearly to 0 over the run's gradient steps (the final policy settles)"""
+    """decay the learning rate linearly to 0 over the run's gradient steps (Rainbow's is constant)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -304,35 +297,41 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.batch_size > args.buffer_size:
-        raise ValueError(f"batch_size = {args.batch_size} is larger than buffer_size = {args.buffer_size}")
-    if args.learning_starts < args.batch_size:
-        raise ValueError(
-            f"learning_starts = {args.learning_starts} is less than one batch "
-            f"(batch_size = {args.batch_size})"
-        )
-    if args.total_timesteps <= args.learning_starts:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} leaves no training after "
-            f"learning_starts = {args.learning_starts}"
-        )
-    if args.alpha < 0 or not 0.0 <= args.beta_start <= 1.0 or args.prior_eps <= 0:
-        raise ValueError(
-            f"need alpha >= 0, 0 <= beta_start <= 1 and prior_eps > 0, got {args.alpha}, "
-            f"{args.beta_start}, {args.prior_eps}"
-        )
-    if args.n_step < 1 or args.n_atoms < 2 or not args.v_min < args.v_max:
-        raise ValueError(
-            f"need n_step >= 1, n_atoms >= 2 and v_min < v_max, got {args.n_step}, "
-            f"{args.n_atoms}, {args.v_min}, {args.v_max}"
-        )
-    if not 0.0 < args.tau <= 1.0:
-        raise ValueError(f"tau = {args.tau} must be in (0, 1]")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("buffer_size", args.buffer_size >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("alpha", args.alpha >= 0, ">= 0 (0: uniform replay)"),
+        ("beta_start", 0 <= args.beta_start <= 1, "in [0, 1]"),
+        ("prior_eps", args.prior_eps > 0, "> 0"),
+        ("n_step", args.n_step >= 1, ">= 1 (1: the one-step target)"),
+        ("n_atoms", args.n_atoms >= 2, ">= 2"),
+        ("v_min", math.isfinite(args.v_min), "finite"),
+        ("v_max", math.isfinite(args.v_max), "finite"),
+        ("noisy_std", args.noisy_std >= 0, ">= 0"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("target_network_frequency", args.target_network_frequency >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_starts", args.learning_starts >= 0, ">= 0"),
+        ("train_frequency", args.train_frequency >= 1, ">= 1"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("v_max", args.v_max > args.v_min, "> --v-min"),
+        ("buffer_size", args.buffer_size >= args.batch_size, ">= --batch-size"),
+        ("learning_starts", args.learning_starts >= args.batch_size, ">= --batch-size"),
+        ("total_timesteps", args.total_timesteps > args.learning_starts, "> --learning-starts"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"--env-id {args.env_id} has a {type(space).__name__} action space; this script is "
             f"for Discrete actions. For continuous actions use algos/sac_jax.py, "
             f"algos/td3_jax.py or algos/ddpg_jax.py"
         )
@@ -363,6 +362,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, n_atoms, v_min, v_max):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+    # ---- 1. Setup: seeding, environments, networks, optimiser, prioritised replay buffer
     num_iterations = args.total_timesteps // args.num_envs
     num_gradient_steps = count_gradient_steps(
         args.total_timesteps, args.num_envs, args.learning_starts, args.train_frequency
@@ -460,8 +460,8 @@ def train(args: Args) -> dict:
     obs = np.asarray(envs.reset(seed=args.seed)[0], dtype=np.float32)
 
     for iteration in range(1, num_iterations + 1):
+        # ---- 2. Act: greedy on one noisy draw of the network, uniform-random during the warm-up
         global_step += args.num_envs
-        # uniform-random warm-up fills the buffer; after it, the noisy layers explore
         action, key = act(q_network, params, obs, global_step <= args.learning_starts, key)
         action = np.asarray(action)
         next_obs, reward, terminated, truncated, infos = envs.step(action)
@@ -469,7 +469,7 @@ def train(args: Args) -> dict:
         ep_length += 1
         next_obs = np.asarray(next_obs, dtype=np.float32)
 
-        # ---- store: an ended episode's true last observation is final_obs, not the reset one
+        # ---- 3. Store: an ended episode's true last observation is final_obs, not the reset one
         real_next_obs = transition_next_obs(next_obs, infos)
         for i in range(args.num_envs):
             windows[i].append((obs[i], action[i], reward[i], real_next_obs[i], terminated[i]))
@@ -497,7 +497,7 @@ def train(args: Args) -> dict:
             writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
             ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- update: one gradient step on a prioritised minibatch every train_frequency steps
+        # ---- 4. Update: one gradient step on a prioritised minibatch every train_frequency steps
         if global_step > args.learning_starts:
             if iteration % args.train_frequency == 0:
                 b, priorities = tree.sample(args.batch_size, rng, rb_size)
@@ -530,7 +530,7 @@ def train(args: Args) -> dict:
                     writer.add_scalar("charts/beta", beta, global_step)
                     writer.add_scalar("charts/SPS", sps, global_step)
 
-            # ---- target network: hard copy (tau = 1) or Polyak average every C steps
+            # ---- 5. Target network: hard copy (tau = 1) or Polyak average every C steps
             if iteration % args.target_network_frequency == 0:
                 target_params = soft_update(params, target_params)
 
@@ -548,6 +548,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 6. Summary: close, save, evaluate
     envs.close()
     wall_time = time.time() - start_time
     if num_updates > 0:
@@ -584,4 +585,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,30 +1,14 @@
 """REINFORCE (Monte Carlo policy gradient) with reward-to-go and a learned baseline -- the PyTorch twin.
 
+One complete episode per environment, then one gradient step on -mean_t(log pi(a_t | s_t) w_t), w_t
+the reward-to-go G_t (or G_0) minus a learned V(s_t) (or not); every update also logs the variance
+of all four estimators on the same batch.
 Papers: Williams 1992, "Simple Statistical Gradient-Following Algorithms for Connectionist
         Reinforcement Learning", Machine Learning 8; Sutton et al. 1999, "Policy Gradient Methods for
         Reinforcement Learning with Function Approximation", NeurIPS.
-Twin:   algos/reinforce_jax.py (`diff algos/reinforce_torch.py algos/reinforce_jax.py` shows only the framework).
+Twin:   algos/reinforce_jax.py (`diff algos/reinforce_torch.py algos/reinforce_jax.py`: the framework).
 Docs:   docs/algorithms/reinforce.md
-
-Each iteration runs every one of the num_envs environments for exactly one complete episode with
-the current policy (an environment that finishes early waits; its steps after the end are not
-recorded), then takes one gradient step on -mean_t(log pi(a_t | s_t) * w_t). The weight w_t is the
-reward-to-go G_t (or, with --no-reward-to-go, the whole episode's return G_0), minus a learned
-state-value baseline V(s_t) with --baseline (the default). Both switches leave the gradient unbiased
-and only change its variance (worked problem 2). To show that change on identical data, every update
-also logs, whatever the switches, the variance across the batch's episodes of the single-episode
-gradient estimate for all four weights on the same batch (losses/grad_var_plain, _rtg, _baseline,
-_rtg_baseline; the last two only with --baseline), measured on the policy's output layer, where the
-score has a closed form (output_layer_score, estimator_variance); train() returns their medians.
-
-Verified (tests/): worked problem 2 (the two-armed bandit: mean and variance of the single-sample
-gradient for b = 0, b = V and the optimal baseline, by exact enumeration through reinforce_loss),
-returns_to_go by hand, estimator_variance by hand (three episodes, 2-d scores) and output_layer_score
-by hand and against autograd, parity with the JAX twin within 1e-5 (values, gradients and the
-estimator variance), a smoke run, bit-identical figures for two runs with the same seed, and
-learning: a 20-episode mean return >= 450 on CartPole-v1 at 300k steps with seed 1 (default test
-suite; all seeds: pytest -m learning).
-Reproduce: python algos/reinforce_torch.py --seed 1
+Run:    python algos/reinforce_torch.py --seed 1
 """
 
 import os
@@ -141,33 +125,39 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     return layer
 
 
+class MLP(nn.Sequential):
+    """64-64 tanh trunk and a linear head; the policy and the baseline are two separate MLPs."""
+
+    def __init__(self, in_dim, out_dim, head_std):
+        super().__init__(
+            layer_init(nn.Linear(in_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, out_dim), std=head_std),
+        )
+
+    def forward(self, x, return_hidden=False):
+        for layer in list(self)[:-1]:
+            x = layer(x)
+        out = self[-1](x)
+        return (x, out) if return_hidden else out  # the last hidden layer too, for output_layer_score
+
+
 class Agent(nn.Module):
     """Separate 64-64 tanh policy and baseline (the baseline is unused with --no-baseline)."""
 
     def __init__(self, obs_dim, num_actions):
         super().__init__()
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, num_actions), std=0.01),
-        )
+        self.critic = MLP(obs_dim, out_dim=1, head_std=1.0)
+        self.actor = MLP(obs_dim, out_dim=num_actions, head_std=0.01)
 
     def get_value(self, obs):
         return self.critic(obs).squeeze(-1)
 
     def actor_hidden_and_logits(self, obs):
         """The policy's last hidden layer h and its logits W h + b (what output_layer_score needs)."""
-        hidden = self.actor[:-1](obs)
-        return hidden, self.actor[-1](hidden)
+        return self.actor(obs, return_hidden=True)
 
     def act(self, obs):
         """Sample actions from the policy."""
@@ -188,14 +178,25 @@ def make_envs(env_id, num_envs):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.num_envs < 2 and args.norm_adv:
-        raise ValueError("--norm-adv needs num_envs >= 2 episodes per batch")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
+    if args.norm_adv and args.num_envs < 2:
+        raise ValueError(f"--norm-adv needs --num-envs >= 2 episodes per batch (got {args.num_envs})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Discrete "
+            f"actions. For continuous actions use algos/ppo_continuous_torch.py"
         )
 
 
@@ -222,6 +223,8 @@ def evaluate(model_path, env_id, eval_episodes, seed):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environments, networks, optimiser
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -267,7 +270,7 @@ def train(args: Args) -> dict:
 
     while global_step < args.total_timesteps:
         iteration += 1
-        # ---- rollout: one complete episode per environment, (T, N) lists of the recorded steps
+        # ---- 2. Rollout: one complete episode per environment, (T, N) lists of the recorded steps
         next_obs, _ = envs.reset(seed=reset_seed)
         reset_seed = None  # seeded once; later resets continue the environments' generators
         active = np.ones(args.num_envs, dtype=bool)
@@ -304,23 +307,24 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/episodic_length", len(obs_l), global_step)
             active &= ~done
 
+        # ---- 3. Batch: the recorded steps as (T, N) arrays
         obs_b = torch.stack(obs_l)
         actions_b = torch.stack(actions_l)
         rewards_b = torch.as_tensor(np.stack(rewards_l), device=device)
         dones_b = torch.as_tensor(np.stack(dones_l), device=device)
         mask_b = torch.as_tensor(np.stack(mask_l), device=device)
 
-        # ---- weights: reward-to-go (or the episode return G_0 at every step), minus V(s_t)
+        # Weights: reward-to-go (or the episode return G_0 at every step); minus V(s_t) in the update
         returns = returns_to_go(rewards_b, dones_b, args.gamma)
         weights = returns if args.reward_to_go else returns[0].expand_as(returns)
 
-        # ---- the variance of the four estimators on this batch: measured, not used by the update
-        # (no random numbers drawn); with --no-baseline there is no V, only "plain" and "rtg"
+        # ---- 4. Estimator variance: the four estimators on this batch, measured, not used by the update
+        # No random numbers are drawn; with --no-baseline there is no V, only "plain" and "rtg".
         measured = (
             measure(obs_b, actions_b, returns, mask_b) if args.num_envs >= 2 else {}
         )  # a variance needs 2 episodes
 
-        # ---- one gradient step on the policy (and the baseline's regression on the returns)
+        # ---- 5. Update: one gradient step on the policy (and the baseline's regression on the returns)
         logp = categorical_log_prob(agent.actor(obs_b), actions_b)
         values = agent.get_value(obs_b)
         if args.baseline:
@@ -347,6 +351,8 @@ def train(args: Args) -> dict:
                 # spread of the unnormalised weights over the steps (not the gradient's: grad_var_*)
                 "weight_variance": ((((raw_weights - w_mean) * mask_b) ** 2).sum() / (count - 1)).item(),
             }
+
+        # ---- 6. Logging
         stats = {name: float(value) for name, value in {**stats, **measured}.items()}
         for name, value in measured.items():
             grad_variances.setdefault(name.removeprefix("grad_var_"), []).append(float(value))
@@ -364,6 +370,7 @@ def train(args: Args) -> dict:
                 file=sys.stderr,
                 flush=True,
             )
+    # ---- 7. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
 
@@ -396,4 +403,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

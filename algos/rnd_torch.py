@@ -1,31 +1,12 @@
 """PPO with Random Network Distillation (RND), discrete actions -- the PyTorch twin.
+Novelty is a predictor's error at matching a fixed random network on s', learned by a second value head.
 
 Papers: Burda, Edwards, Storkey & Klimov 2018, "Exploration by Random Network Distillation",
         arXiv:1810.12894; on top of Schulman et al. 2017, "Proximal Policy Optimization
         Algorithms", arXiv:1707.06347 (the PPO base is algos/ppo_torch.py, visible below).
-Twin:   algos/rnd_jax.py (`diff algos/rnd_torch.py algos/rnd_jax.py` shows only the framework).
+Twin:   algos/rnd_jax.py (`diff` the two files: only the framework differs)
 Docs:   docs/algorithms/rnd.md
-
-Verified (tests/): the running mean/variance (parallel-variance update) against np.mean/np.var of
-a known stream, the non-episodic GAE on a 3-step hand case that crosses an episode end, the two
-heads' advantages combined (plain and standardised per head) by hand, the predictor's error
-falling on visited DeepSea states and staying high on unvisited ones, bad input
-(tests/unit/test_rnd.py); parity with the JAX twin within 1e-5 (values and gradients,
-tests/parity/test_rnd.py); a smoke run.
-Measured (docs/algorithms/rnd.md): DeepSea12-v0, 81,920 steps (6,824 episodes), seeds 1-5, the
-20-episode mean return (optimum 0.99): 0.99 / 0.99 / 0.99 / 0.89 / 0.99 (torch), 0.99 on every seed
-(JAX); entropy-only PPO with the same networks (--bonus-scale 0): 0.0 on every torch seed, 0.0 on
-JAX seeds 1, 4, 5 (seeds 2 and 3 found the treasure by chance and reached 0.99). DeepSea16-v0 at
-163,840 steps: 0.99 on seeds 1-5 of both twins, --bonus-scale 0 on none. Noisy TV filling the
-view (NoisyTVFullDeepSea12-v0): seeds 1-10 of both twins solve it and then give the TV under 0.1% of
-their late actions (ICM: 0 of 20); fresh noise beside the position (NoisyTVUniformDeepSea8-v0, the
-TV that captures ICM): 9 of 10 seeds per twin solve and ignore it. With 8 screens beside the
-position (NoisyTVDeepSea12-v0) 5 of 10 torch and 1 of 10 JAX seeds solve; the others settle at
-TV / (TV + left) near 8/9, where a count-like bonus balances over the TV's 8 extra observations per
-cell. MountainCar-v0 (dense -1 reward) with --norm-adv-per-head, 409,600 steps,
-seeds 1-5: every run ends between -101 and -119 (the bar: -150) in both twins; with the paper's
-combined advantages 3 of 5 JAX seeds.
-Reproduce: python algos/rnd_torch.py --seed 1
+Run:    python algos/rnd_torch.py --seed 1
 """
 
 import os
@@ -51,7 +32,7 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "DeepSea12-v0"
-    """gymnasium environment id (discrete actions): DeepSea{N}-v0, NoisyTV*DeepSea{N}-v0, MountainCar-v0, ..."""
+    """gymnasium id, discrete actions: DeepSea{N}-v0, NoisyTV*DeepSea{N}-v0, MountainCar-v0, ..."""
     total_timesteps: int = 81_920
     """total environment steps, summed over the vector envs (the normaliser's warm-up steps not counted)"""
     num_envs: int = 8
@@ -75,7 +56,7 @@ class Args:
     norm_adv: bool = True
     """normalise the combined advantages per minibatch"""
     norm_adv_per_head: bool = False
-    """standardise each head's advantages over the batch before weighting them: for a dense extrinsic reward (MountainCar)"""
+    """standardise each head's advantages over the batch before weighting them (off: the paper's sum)"""
     clip_coef: float = 0.2
     """surrogate clipping coefficient epsilon"""
     ent_coef: float = 0.01
@@ -298,45 +279,61 @@ def make_envs(env_id, num_envs):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.bonus_scale < 0:
-        raise ValueError(
-            f"bonus_scale = {args.bonus_scale}: the intrinsic coefficient must be >= 0 "
-            f"(0 turns the bonus off)"
-        )
-    if not 0.0 < args.update_proportion <= 1.0:
-        raise ValueError(f"update_proportion = {args.update_proportion}: it must be in (0, 1]")
-    match = explore_envs.ID_PATTERN.match(args.env_id)
-    if args.env_id.startswith(("DeepSea", "NoisyTV")) and (
-        match is None or not 1 <= int(match.group(2)) <= explore_envs.MAX_SIZE
-    ):
-        raise ValueError(
-            f"{args.env_id}: DeepSea ids are DeepSea{{N}}-v0, DeepSeaStochastic{{N}}-v0 "
-            f"or NoisyTV*DeepSea{{N}}-v0 (algos/explore_envs.py) with 1 <= N <= {explore_envs.MAX_SIZE}"
-        )
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
     batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches != 0:
-        raise ValueError(
-            f"num_envs * num_steps = {batch_size} is not divisible by "
-            f"num_minibatches = {args.num_minibatches}"
-        )
-    if args.total_timesteps < batch_size:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} is less than one rollout "
-            f"(num_envs * num_steps = {batch_size})"
-        )
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("num_steps", args.num_steps >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("gamma_int", 0 <= args.gamma_int <= 1, "in [0, 1]"),
+        ("gae_lambda", 0 <= args.gae_lambda <= 1, "in [0, 1]"),
+        ("num_minibatches", args.num_minibatches >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("ent_coef", args.ent_coef >= 0, ">= 0"),
+        ("vf_coef", args.vf_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("bonus_scale", args.bonus_scale >= 0, ">= 0 (0 turns the bonus off)"),
+        ("ext_coef", args.ext_coef >= 0, ">= 0"),
+        ("update_proportion", 0 < args.update_proportion <= 1, "in (0, 1]"),
+        ("rnd_output_dim", args.rnd_output_dim >= 1, ">= 1"),
+        ("obs_norm_steps", args.obs_norm_steps >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "num_minibatches",
+            args.num_minibatches >= 1 and batch_size % args.num_minibatches == 0,
+            f"a divisor of --num-envs * --num-steps = {batch_size}",
+        ),
+        (
+            "total_timesteps",
+            args.total_timesteps >= batch_size,
+            f">= one rollout, --num-envs * --num-steps = {batch_size}",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.norm_adv_per_head and not args.norm_adv:
         raise ValueError(
             "--norm-adv-per-head standardises the heads and then the sum per minibatch; "
             "it cannot be combined with --no-norm-adv"
         )
-    if args.obs_norm_steps < 1:
-        raise ValueError(f"obs_norm_steps = {args.obs_norm_steps}: the normaliser needs at least one step")
+    match = explore_envs.ID_PATTERN.match(args.env_id)
+    if args.env_id.startswith(("DeepSea", "NoisyTV")) and (
+        match is None or not 1 <= int(match.group(2)) <= explore_envs.MAX_SIZE
+    ):
+        raise ValueError(
+            f"--env-id {args.env_id}: DeepSea ids are DeepSea{{N}}-v0, DeepSeaStochastic{{N}}-v0 "
+            f"or NoisyTV*DeepSea{{N}}-v0 (algos/explore_envs.py) with 1 <= N <= {explore_envs.MAX_SIZE}"
+        )
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Discrete "
+            f"actions. For continuous actions use algos/ppo_continuous_torch.py"
         )
 
 
@@ -387,6 +384,7 @@ def train(args: Args) -> dict:
         "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
     )
 
+    # ---- 1. Setup: seeding, environments, networks, optimisers, normalisers
     # Seeding: python, numpy, torch and the environments (env i gets seed + i).
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -408,7 +406,8 @@ def train(args: Args) -> dict:
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     rnd_optimizer = torch.optim.Adam(predictor.parameters(), lr=args.learning_rate, eps=1e-5)
 
-    # Rollout storage, (T, N, ...), on the device. next_obs_buf holds the true s' of each step (final_obs at an end).
+    # Rollout storage, (T, N, ...), on the device. next_obs_buf holds the true s' of each step
+    # (final_obs at an episode end).
     obs_buf = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)
     next_obs_buf = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)
     actions_buf = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
@@ -452,7 +451,7 @@ def train(args: Args) -> dict:
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
             rnd_optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # ---- rollout
+        # ---- 2. Rollout
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs_buf[step] = next_obs
@@ -493,8 +492,9 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
                 ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- intrinsic rewards: novelty of every s' of the rollout, after the observation
-        # normaliser has seen them; scaled by the running std of the discounted intrinsic return
+        # ---- 3. Intrinsic rewards: the novelty of every s' of the rollout
+        # Computed after the observation normaliser has seen them, then divided by the running std
+        # of the discounted intrinsic return.
         b_next_obs = next_obs_buf.reshape(batch_size, obs_dim)
         obs_mean, obs_var, obs_count = update_running_moments(obs_mean, obs_var, obs_count, b_next_obs)
         with torch.no_grad():
@@ -508,11 +508,12 @@ def train(args: Args) -> dict:
         )
         int_rewards = int_rewards / torch.sqrt(int_var)
 
-        # ---- advantages (bootstrap from the observation after the rollout). The extrinsic return
-        # is episodic (cut at every episode end). The intrinsic one is NOT: novelty found in the next
-        # episode is still the agent's to find, so an episode end must not zero its value (else the
-        # agent would learn that ending an episode, or avoiding the start, is free of exploration
-        # cost); the recursion flows from an episode's last step into the next one's first state.
+        # ---- 4. Advantages: two heads, bootstrapped from the observation after the rollout
+        # The extrinsic return is episodic (cut at every episode end). The intrinsic one is NOT:
+        # novelty found in the next episode is still the agent's to find, so an episode end must not
+        # zero its value (else the agent would learn that ending an episode, or avoiding the start,
+        # is free of exploration cost); the recursion flows from an episode's last step into the
+        # next one's first state.
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
         ext_advantages, ext_returns = compute_gae(
@@ -531,7 +532,7 @@ def train(args: Args) -> dict:
             ext_advantages, int_advantages, args.ext_coef, args.bonus_scale, args.norm_adv_per_head
         )
 
-        # ---- update: epochs x minibatches over the flattened batch (PPO, then the predictor)
+        # ---- 5. Update: epochs x minibatches, PPO then the predictor on each minibatch
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_rnd_in = rnd_in
         b_targets = target(b_rnd_in)
@@ -585,6 +586,7 @@ def train(args: Args) -> dict:
                 stats["entropy"] += entropy_loss.item()
                 stats["rnd_loss"] += rnd_loss.item()
 
+        # ---- 6. Logging
         num_updates = args.update_epochs * args.num_minibatches
         var_returns = b_ext_returns.var().item()
         explained_var = (
@@ -610,6 +612,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 7. Summary: close, save, evaluate
     envs.close()
     wall_time = time.time() - start_time
     summary = {
@@ -650,4 +653,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,20 +1,13 @@
 """Soft actor-critic (SAC) with automatic temperature, continuous actions -- the JAX twin.
 
+Off-policy actor-critic for the maximum-entropy objective: twin soft Q-critics with Polyak targets,
+a tanh-squashed Gaussian actor, and a temperature tuned so that the entropy tracks a target.
 Papers: Haarnoja et al. 2018, "Soft Actor-Critic: Off-Policy Maximum Entropy Deep Reinforcement
         Learning with a Stochastic Actor", arXiv:1801.01290;
         Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905.
 Twin:   algos/sac_torch.py (`diff algos/sac_torch.py algos/sac_jax.py` shows only the framework).
 Docs:   docs/algorithms/sac.md
-
-Verified (tests/): tanh_log_det_jacobian, the stable form of log(1 - tanh(u)^2), against the direct
-form and a numerical change-of-variables check (worked problem "the tanh Jacobian"), parity with
-the PyTorch twin within 1e-5 (squashed samples, log-probs, critic targets, losses, gradients, networks
-on the same weights), a smoke run, bit-identical curves for two runs with the same seed, the stored
-s' at a truncation being the true final observation (tests/unit/test_replay_final_obs.py), and
-learning: a 10-episode mean return >= -250 on Pendulum-v1 at 30k steps with seed 1, with the
-auto-tuned alpha below 0.1 by then (tests/registry.py, default test suite; all seeds:
-pytest -m learning). final_mean_return here is the mean of the last 10 episodes.
-Reproduce: python algos/sac_jax.py --seed 1
+Run:    python algos/sac_jax.py --seed 1
 """
 
 import os
@@ -42,9 +35,9 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
-    """gymnasium environment id (Box actions with finite bounds)"""
+    """gymnasium environment id (Box actions with finite bounds; CleanRL: Hopper-v4)"""
     total_timesteps: int = 30_000
-    """total environment steps"""
+    """total environment steps (CleanRL: 1M)"""
     buffer_size: int = 1_000_000
     """replay buffer capacity (capped at total_timesteps)"""
     gamma: float = 0.99
@@ -58,11 +51,11 @@ class Args:
     policy_lr: float = 3e-4
     """Adam learning rate of the actor"""
     q_lr: float = 1e-3
-    """Adam learning rate of the two critics"""
+    """Adam learning rate of the two critics (paper: 3e-4)"""
     alpha_lr: float = 1e-3
-    """Adam learning rate of log alpha (automatic temperature)"""
+    """Adam learning rate of log alpha, the automatic temperature (paper: 3e-4)"""
     alpha: float = 0.2
-    """entropy temperature: the fixed value, or the initial value with --autotune"""
+    """entropy temperature: the fixed value, or the initial one with --autotune (CleanRL: 1.0)"""
     autotune: bool = True
     """tune alpha so that the policy's entropy tracks the target -dim(A)"""
     hidden_size: int = 256
@@ -236,25 +229,38 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.learning_starts >= args.total_timesteps:
-        raise ValueError(
-            f"learning_starts = {args.learning_starts} leaves no update within "
-            f"total_timesteps = {args.total_timesteps}"
-        )
-    if args.batch_size > args.learning_starts:
-        raise ValueError(
-            f"batch_size = {args.batch_size} is more than the warm-up fills "
-            f"(learning_starts = {args.learning_starts})"
-        )
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("buffer_size", args.buffer_size >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_starts", args.learning_starts >= 0, ">= 0"),
+        ("policy_lr", args.policy_lr > 0, "> 0"),
+        ("q_lr", args.q_lr > 0, "> 0"),
+        ("alpha_lr", args.alpha_lr > 0, "> 0"),
+        ("alpha", args.alpha > 0 if args.autotune else args.alpha >= 0, "> 0 with --autotune, else >= 0"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("buffer_size", args.buffer_size >= args.batch_size, ">= --batch-size"),
+        ("learning_starts", args.learning_starts >= args.batch_size, ">= --batch-size"),
+        ("total_timesteps", args.total_timesteps > args.learning_starts, "> --learning-starts"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Box actions. "
+            f"For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
         )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-        raise ValueError(f"{args.env_id} has unbounded actions; the tanh squashing needs finite bounds")
+        raise ValueError(
+            f"--env-id {args.env_id} has unbounded actions; the tanh squashing needs finite bounds"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
@@ -288,6 +294,8 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environments, networks, optimisers, replay buffer
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -366,9 +374,8 @@ def train(args: Args) -> dict:
         else:
             alpha_opt = state["alpha_opt"]
 
-        qf_target = optax.incremental_update(
-            qf_params, state["qf_target"], args.tau
-        )  # target += tau * (online - target)
+        # target += tau * (online - target)
+        qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)
         state = {
             "params": {"actor": actor_params, "qf": qf_params},
             "qf_target": qf_target,
@@ -388,8 +395,7 @@ def train(args: Args) -> dict:
         }
         return state, losses, key
 
-    # buffers on the host; each sampled batch moves to the device
-    # Replay buffer: flat arrays, written in a ring.
+    # Replay buffer on the host (each sampled batch moves to the device): flat arrays, written in a ring.
     capacity = min(args.buffer_size, args.total_timesteps)
     obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
     next_obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
@@ -404,7 +410,7 @@ def train(args: Args) -> dict:
     obs, _ = envs.reset(seed=args.seed)
 
     for global_step in range(1, args.total_timesteps + 1):
-        # ---- act: random during the warm-up, then a sample of the policy
+        # ---- 2. Act: random during the warm-up, then a sample of the policy
         if global_step <= args.learning_starts:
             actions = envs.action_space.sample()
         else:
@@ -414,12 +420,13 @@ def train(args: Args) -> dict:
         ep_return += reward
         ep_length += 1
 
-        # ---- store; an ended episode's next observation is its true last one, not the reset
+        # ---- 3. Store: an ended episode's next observation is its true last one, not the reset
         real_next_obs = transition_next_obs(next_obs, infos)
         slot = (global_step - 1) % capacity
         obs_buf[slot], next_obs_buf[slot], actions_buf[slot] = obs[0], real_next_obs[0], actions[0]
         rewards_buf[slot], terminated_buf[slot] = reward[0], terminated[0]
         obs = next_obs
+        # episode statistics of every env whose episode ended at this step
         for i in np.flatnonzero(terminated | truncated):
             episode_returns.append((global_step, float(ep_return[i])))
             recent = [r for _, r in episode_returns[-10:]]
@@ -430,7 +437,7 @@ def train(args: Args) -> dict:
         if global_step <= args.learning_starts:
             continue
 
-        # ---- one gradient step: critics, actor, temperature, then the Polyak targets
+        # ---- 4. Update: critics, actor, temperature, then the Polyak targets
         idx = np.random.randint(0, min(global_step, capacity), size=args.batch_size)
         batch = {
             "obs": obs_buf[idx],
@@ -441,6 +448,7 @@ def train(args: Args) -> dict:
         }
         state, step_losses, key = update(state, batch, key)
 
+        # losses and the progress line every 100 steps
         if global_step % 100 == 0 or global_step == args.total_timesteps:
             losses = {name: float(value) for name, value in step_losses.items()}
             sps = int(global_step / (time.time() - start_time))
@@ -457,9 +465,9 @@ def train(args: Args) -> dict:
                     file=sys.stderr,
                     flush=True,
                 )
+    # ---- 5. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
-
     envs.close()
     wall_time = time.time() - start_time
     summary = {
@@ -487,4 +495,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

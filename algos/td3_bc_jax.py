@@ -1,28 +1,14 @@
 """TD3+BC: TD3 on a fixed dataset with a normalised behaviour-cloning term -- the JAX twin.
 
+TD3's critics (clipped double Q, target policy smoothing, delayed actor, Polyak targets) learn from the
+dataset's transitions; the actor minimises -lambda Q(s, pi(s)) + (pi(s) - a)^2, lambda = alpha / mean |Q|
+(no gradient through lambda). States are normalised by the dataset's statistics (saved with the model);
+a timeout bootstraps, only a termination cuts. --no-bc drops the BC term (plain offline TD3).
 Papers: Fujimoto & Gu 2021, "A Minimalist Approach to Offline Reinforcement Learning",
-        arXiv:2106.06860; Fujimoto et al. 2018 (TD3), arXiv:1802.09477.
-Twin:   algos/td3_bc_torch.py (`diff algos/td3_bc_torch.py algos/td3_bc_jax.py` shows only the framework).
+        arXiv:2106.06860; Fujimoto, van Hoof & Meger 2018 (TD3), arXiv:1802.09477.
+Twin:   algos/td3_bc_torch.py (`diff algos/td3_bc_torch.py algos/td3_bc_jax.py`: only the framework).
 Docs:   docs/algorithms/td3_bc.md
-
-TD3 without an environment: the critics learn from the dataset's transitions (clipped double Q, target
-policy smoothing, delayed actor and Polyak targets, as in algos/td3_jax.py), and the actor maximises
-lambda Q(s, pi(s)) - (pi(s) - a)^2 with lambda = alpha / mean |Q(s, pi(s))| (no gradient through lambda).
-States are normalised by the dataset's mean and std (+1e-3); the statistics are saved with the model and
-applied at evaluation. --no-bc drops the BC term (plain offline TD3, the alpha -> infinity limit).
-
-Verified (tests/): bc_lambda and td3_bc_actor_loss on hand numbers (a worked problem: lambda = 0.9375,
-loss = -1.625, gradients -lambda/N on Q, 2 (pi - a)/N on the actions), lambda * mean Q unchanged when Q is
-scaled (alpha is scale-free), the normaliser's mean and std (+1e-3) by hand, the critic target's
-done flag is `terminals` only (a timeout bootstraps), smoothing and the clipped double-Q target as in TD3,
-a Discrete dataset and other bad input refused before a run directory is written, parity with the PyTorch
-twin within 1e-5 (every module-level function, the loss gradients, the networks on the same weights), a
-smoke run and the same figures twice with the same seed.
-Measured (docs/algorithms/td3_bc.md): normalised score, seeds 1-5: pendulum-medium 79.7 / 74.3 / 84.0 /
-86.4 / 68.9 (behaviour 47.3), pendulum-replay 33.6 / 41.9 / 28.9 / 32.8 / 29.1 (behaviour 24.5); offline
-TD3 (--no-bc) fails on the narrow pendulum-expert data (-30 against 101) and does better on the broad
-ones (101): the page says why. Registered: pendulum-medium >= 60 on every seed.
-Reproduce: python algos/td3_bc_jax.py --seed 1
+Run:    python algos/td3_bc_jax.py --seed 1
 """
 
 import os
@@ -68,11 +54,11 @@ class Args:
     policy_frequency: int = 2
     """actor and target updates happen once every policy_frequency critic updates"""
     alpha: float = 2.5
-    """weight of the Q term: lambda = alpha / mean |Q(s, pi(s))|"""
+    """weight of the Q term: lambda = alpha / mean |Q(s, pi(s))| (paper: 2.5, on actions in [-1, 1])"""
     bc: bool = True
     """keep the behaviour-cloning term; --no-bc is plain offline TD3 (alpha -> infinity)"""
     hidden_size: int = 128
-    """width of the two hidden layers of the actor and of each critic (the paper's 256 costs 2-3x the time)"""
+    """width of the two hidden layers of the actor and of each critic (paper: 256)"""
     eval_every: int = 1_000
     """gradient steps between evaluations"""
     eval_episodes: int = 10
@@ -212,27 +198,34 @@ class Agent:
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written. Returns the dataset's info."""
-    info = offline_data.dataset_info(args.dataset)  # an unknown name lists the valid ones
+    """Refuse bad flags before any environment or network is built (one-line ValueError). Returns the
+    dataset's info."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("policy_noise", args.policy_noise >= 0, ">= 0 (0: no smoothing)"),
+        ("noise_clip", args.noise_clip >= 0, ">= 0 (0: no smoothing)"),
+        ("policy_frequency", args.policy_frequency >= 1, ">= 1"),
+        ("alpha", args.alpha > 0, "> 0 (--no-bc drops the BC term)"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
+    if args.dataset not in offline_data.DATASETS:
+        raise ValueError(f"--dataset {args.dataset!r} is unknown; valid: {', '.join(offline_data.DATASETS)}")
+    info = offline_data.dataset_info(args.dataset)
     if info["discrete"]:
         raise ValueError(
-            f"{args.dataset} has discrete actions; TD3+BC's deterministic actor needs Box actions. "
+            f"--dataset {args.dataset} has discrete actions; TD3+BC's deterministic actor needs Box actions. "
             f"For discrete offline data use algos/cql_jax.py --discrete"
         )
-    for name in (
-        "total_steps",
-        "batch_size",
-        "hidden_size",
-        "policy_frequency",
-        "eval_every",
-        "eval_episodes",
-    ):
-        if getattr(args, name) < 1:
-            raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
-    if args.alpha <= 0:
-        raise ValueError(f"alpha = {args.alpha} must be positive (use --no-bc to drop the BC term)")
-    if not 0.0 <= args.gamma <= 1.0:
-        raise ValueError(f"gamma = {args.gamma} must lie in [0, 1]")
     return info
 
 
@@ -276,6 +269,7 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
 
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
+    # ---- 1. Setup: run directory, seeding, data, networks, optimisers
     info = check_args(args)
     env_id = info["env_id"]
     script = os.path.basename(__file__).removesuffix(".py")
@@ -294,7 +288,7 @@ def train(args: Args) -> dict:
     key = jax.random.PRNGKey(args.seed)
     rng = np.random.default_rng(args.seed)
 
-    # ---- the data: states normalised by the dataset's own statistics, kept on the device
+    # The data: states normalised by the dataset's own statistics, kept on the device
     data = offline_data.load_dataset(args.dataset)
     state_mean, state_std = state_normalizer(data["observations"])
     arrays = prepare_dataset(data, state_mean, state_std)
@@ -337,7 +331,7 @@ def train(args: Args) -> dict:
         def one_step(carry, rows):
             state, key = carry
             b = jax.tree.map(lambda v: v[rows], dataset)
-            # ---- one critic step; every policy_frequency-th step also the actor and the Polyak targets
+            # One critic step; every policy_frequency-th step also the actor and the Polyak targets
             key, noise_key = jax.random.split(key)
             params, target_params = state["params"], state["target"]
             noise = jax.random.normal(noise_key, b["actions"].shape) * args.policy_noise
@@ -432,7 +426,7 @@ def train(args: Args) -> dict:
     start_time = time.time()
     step = 0
     while step < args.total_steps:
-        # ---- a block of gradient steps up to the next log point, evaluation or the end; the
+        # ---- 2. Update: a block of gradient steps up to the next log point, evaluation or the end; the
         # minibatch indices of the whole block are drawn at once (numpy, the same in both twins)
         block = min(
             LOG_EVERY - step % LOG_EVERY, args.eval_every - step % args.eval_every, args.total_steps - step
@@ -447,7 +441,7 @@ def train(args: Args) -> dict:
                 writer.add_scalar(f"losses/{name}", value, step)
             writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)
 
-        # ---- evaluation: the deterministic policy, episode i seeded seed + 10_000 + i
+        # ---- 3. Evaluation: the deterministic policy, episode i seeded seed + 10_000 + i
         if step % args.eval_every == 0 or step == args.total_steps:
             returns = run_episodes(
                 policy, env_id, args.eval_episodes, args.seed + 10_000, state_mean, state_std
@@ -471,6 +465,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 4. Summary
     wall_time = time.time() - start_time
     summary = {
         "episodic_returns": episode_returns,
@@ -499,4 +494,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,24 +1,13 @@
 """TRPO: trust region policy optimisation, discrete actions -- the PyTorch twin.
 
+One policy step per rollout: the natural direction F^-1 g by conjugate gradient on Fisher-vector
+products, scaled to the KL radius max_kl, then a backtracking line search; the critic is fitted apart.
 Papers: Schulman et al. 2015, "Trust Region Policy Optimization", arXiv:1502.05477;
         Kakade 2001, "A Natural Policy Gradient", NeurIPS; Schulman et al. 2016, "High-Dimensional
         Continuous Control Using Generalized Advantage Estimation", arXiv:1506.02438.
 Twin:   algos/trpo_jax.py (`diff algos/trpo_torch.py algos/trpo_jax.py` shows only the framework).
 Docs:   docs/algorithms/trpo.md
-
-Each rollout gives one policy step: the surrogate gradient g, the natural direction F^-1 g by
-conjugate gradient on Fisher-vector products (the Hessian of the mean KL, never formed), the step
-scaled so that its quadratic KL model equals max_kl, and a backtracking line search that accepts
-only a step with mean KL <= max_kl and a positive surrogate improvement. The value function is fitted
-separately by Adam on the GAE returns.
-
-Verified (tests/): conjugate_gradient solves random SPD systems, fisher_vector_product equals the
-explicit Hessian of the mean KL times v on a small network, a rejected line search leaves the
-parameters unchanged, parity with the JAX twin within 1e-5 (GAE, KL, surrogate, Fisher-vector
-product, conjugate gradient), a smoke run, and bit-identical figures for two runs with the same seed.
-Learning (pytest -m learning): on CartPole-v1 at 200k steps the 20-episode means of seeds 1-3 were
-500.0 / 483.5 / 500.0 (torch) and 500.0 / 500.0 / 500.0 (JAX); registered as >= 450 on every seed.
-Reproduce: python algos/trpo_torch.py --seed 1
+Run:    python algos/trpo_torch.py --seed 1
 """
 
 import os
@@ -55,8 +44,7 @@ class Args:
     cg_iters: int = 10
     """conjugate-gradient iterations for F^-1 g"""
     cg_damping: float = 1e-3
-    """damping lambda: the Fisher-vector product uses F + lambda I (1e-3 and gae_lambda 0.98 are
-    rl-baselines3-zoo's tuned TRPO CartPole settings; with 0.1 and 0.95, seed 2 collapsed)"""
+    """damping lambda: the Fisher-vector product uses F + lambda I (why 1e-3: docs/algorithms/trpo.md)"""
     backtrack_iters: int = 10
     """line-search trials, each halving the step"""
     vf_learning_rate: float = 1e-3
@@ -66,7 +54,7 @@ class Args:
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.98
-    """lambda of generalised advantage estimation"""
+    """lambda of GAE (the TRPO paper: Monte Carlo returns; why 0.98: docs/algorithms/trpo.md)"""
     norm_adv: bool = True
     """normalise advantages over the batch"""
     save_model: bool = False
@@ -176,32 +164,33 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     return layer
 
 
+class MLP(nn.Sequential):
+    """64-64 tanh trunk and a linear head; the actor and the critic are two separate MLPs."""
+
+    def __init__(self, in_dim, out_dim, head_std):
+        super().__init__(
+            layer_init(nn.Linear(in_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, out_dim), std=head_std),
+        )
+
+
 class Agent(nn.Module):
     """Separate 64-64 tanh actor and critic (no shared trunk)."""
 
     def __init__(self, obs_dim, num_actions):
         super().__init__()
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, num_actions), std=0.01),
-        )
+        self.critic = MLP(obs_dim, out_dim=1, head_std=1.0)
+        self.actor = MLP(obs_dim, out_dim=num_actions, head_std=0.01)
 
     def get_value(self, obs):
         return self.critic(obs).squeeze(-1)
 
     def act(self, obs):
         """Sample actions; return (action, log-prob, value). A raw log-softmax and multinomial
-        draw instead of a torch.distributions object: about 3x cheaper in the acting loop."""
+        draw instead of a torch.distributions object: much cheaper in the acting loop."""
         logits = self.actor(obs)
         logp_all = torch.log_softmax(logits, dim=-1)
         action = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
@@ -230,20 +219,36 @@ def make_envs(env_id, num_envs):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
     batch_size = args.num_envs * args.num_steps
-    if not args.max_kl > 0:
-        raise ValueError(f"max_kl = {args.max_kl}: the trust region needs a positive radius")
-    if args.total_timesteps < batch_size:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} is less than one rollout "
-            f"(num_envs * num_steps = {batch_size})"
-        )
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("num_steps", args.num_steps >= 1, ">= 1"),
+        ("max_kl", args.max_kl > 0, "> 0: the trust region needs a positive radius"),
+        ("cg_iters", args.cg_iters >= 1, ">= 1"),
+        ("cg_damping", args.cg_damping >= 0, ">= 0"),
+        ("backtrack_iters", args.backtrack_iters >= 1, ">= 1"),
+        ("vf_learning_rate", args.vf_learning_rate > 0, "> 0"),
+        ("vf_iters", args.vf_iters >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("gae_lambda", 0 <= args.gae_lambda <= 1, "in [0, 1]"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "total_timesteps",
+            args.total_timesteps >= batch_size,
+            f">= one rollout, --num-envs * --num-steps = {batch_size}",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Discrete actions. For continuous actions use algos/ppo_continuous_torch.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Discrete "
+            f"actions. For continuous actions use algos/ppo_continuous_torch.py"
         )
 
 
@@ -270,6 +275,8 @@ def evaluate(model_path, env_id, eval_episodes, seed):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environments, networks, optimiser
     batch_size = args.num_envs * args.num_steps
     num_iterations = args.total_timesteps // batch_size
     script = os.path.basename(__file__).removesuffix(".py")
@@ -317,7 +324,7 @@ def train(args: Args) -> dict:
     next_obs = torch.as_tensor(envs.reset(seed=args.seed)[0], dtype=torch.float32, device=device)
 
     for iteration in range(1, num_iterations + 1):
-        # ---- rollout
+        # ---- 2. Rollout
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs_buf[step] = next_obs
@@ -349,14 +356,14 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
                 ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- advantages (bootstrap from the observation after the rollout)
+        # ---- 3. Advantages: GAE, bootstrapped from the observation after the rollout
         with torch.no_grad():
             last_value = agent.get_value(next_obs)
         advantages, returns = compute_gae(
             rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
         )
 
-        # ---- policy: one natural-gradient step inside the KL trust region
+        # ---- 4. Policy step: one natural-gradient step inside the KL trust region
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_actions, b_logps = actions_buf.reshape(-1), logps_buf.reshape(-1)
         b_advantages, b_returns, b_values = (
@@ -393,7 +400,7 @@ def train(args: Args) -> dict:
         surrogate_new, kl_new = objective(new_theta)
         surrogate_old, _ = objective(theta)
 
-        # ---- value function: separate regression on the GAE returns
+        # ---- 5. Value function: a separate regression on the GAE returns
         for _ in range(args.vf_iters):
             v_loss = 0.5 * ((agent.get_value(b_obs) - b_returns) ** 2).mean()
             optimizer.zero_grad()
@@ -408,6 +415,7 @@ def train(args: Args) -> dict:
             "expected_improvement": (g @ full_step).item(),
         }
 
+        # ---- 6. Logging
         var_returns = b_returns.var().item()
         explained_var = (
             np.nan if var_returns == 0 else 1.0 - (b_returns - b_values).var().item() / var_returns
@@ -427,6 +435,7 @@ def train(args: Args) -> dict:
                 file=sys.stderr,
                 flush=True,
             )
+    # ---- 7. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
 
@@ -453,4 +462,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,37 +1,14 @@
 """DAPO: decoupled clip and dynamic sampling policy optimisation -- the JAX twin.
 
-GRPO (llm/grpo_torch.py) with the four changes of the DAPO paper, each behind its own flag so that
-its effect can be isolated:
-  1. clip-higher: the per-token ratio is clipped to [1 - eps_low, 1 + eps_high] with eps_high 0.28 >
-     eps_low 0.2, so a rare token that a positive advantage pushes up keeps its gradient longer
-     (--clip-high 0.2 gives GRPO's symmetric clip);
-  2. dynamic sampling: groups whose completions are all correct or all wrong (zero advantage, no
-     gradient) are dropped, and new prompts are sampled until the batch holds prompts_per_step
-     informative groups, at most max_sampling_rounds rounds a step (--no-dynamic-sampling);
-  3. token-level loss: the per-token losses of the whole batch are summed and divided by the number
-     of completion tokens, instead of a mean of per-completion means (--no-token-level-loss);
-  4. overlong reward shaping: a soft length penalty, 0 up to L_max - L_cache tokens and linear down
-     to -1 at L_max, added to the verifier's reward (--no-soft-overlong), and optionally overlong
-     filtering: truncated completions are masked out of the loss (--overlong-filter).
-No KL term by default (kl_coef 0, as in the paper). Starts from the SFT checkpoint
-(llm/sft_jax.py), trained first when it is missing.
+GRPO with the paper's four changes, each behind its own flag: clip-higher (eps_low 0.2 < eps_high
+0.28), dynamic sampling (only groups with both right and wrong answers), a token-level loss, and
+overlong reward shaping; no KL term. Starts from the SFT checkpoint (llm/sft_jax.py), trained
+first when it is missing.
 Papers: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
-        arXiv:2503.14476; Shao et al. 2024, arXiv:2402.03300 (GRPO); Schulman et al. 2017,
-        arXiv:1707.06347 (the clipped surrogate).
-Twin:   llm/dapo_torch.py (`diff llm/dapo_torch.py llm/dapo_jax.py` shows only the framework).
+        arXiv:2503.14476; Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300 (GRPO).
+Twin:   llm/dapo_torch.py (`diff llm/dapo_torch.py llm/dapo_jax.py`: only the framework).
 Docs:   docs/algorithms/dapo.md
-
-Verified (tests/): clip-higher on hand numbers (ratio 1.25 with A > 0 keeps its gradient under
-eps_high 0.28 and loses it under 0.2; ratio 0.75 with A < 0 is clipped at the low side), the
-informative-group filter and the resampling loop on a stub sampler, token-level against
-per-sequence aggregation on a long and a short completion and padding invariance, the overlong
-penalty at hand lengths (tests/unit/test_dapo.py); parity of every module-level function and of the
-loss gradient with the PyTorch twin within 1e-4 (tests/parity/test_dapo.py); a smoke run with identical
-figures for two runs with the same seed; bad input (eps out of range, group size below 2, a length
-budget that penalises well-formed answers, a checkpoint of the wrong vocabulary or context).
-Measured gains (30 steps of 64 informative groups x 8), seeds 1-3: torch +0.442/+0.440/+0.444,
-jax +0.440/+0.446/+0.438 (GRPO's, at 1,920 prompts: about the same), for 5,376-10,560 prompts sampled.
-Reproduce: python llm/dapo_jax.py --seed 1
+Run:    python llm/dapo_jax.py --seed 1
 """
 
 import os
@@ -59,13 +36,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """a local Hugging Face causal LM folder (local files only); empty: the tiny LM of llm/tinylm_*.py"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: default_sft_path(args) in log_dir, trained first when missing"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     total_steps: int = 30
@@ -79,7 +56,7 @@ class Args:
     learning_rate: float = 3e-4
     """Adam learning rate"""
     warmup_steps: int = 10
-    """linear learning-rate warm-up: Adam's first steps move every weight by about the full learning rate"""
+    """steps of linear learning-rate warm-up (the rate at step s is learning_rate * min(1, s / warmup))"""
     update_epochs: int = 2
     """gradient steps on each batch of groups (the first is on-policy, ratio 1)"""
     clip_low: float = 0.2
@@ -89,13 +66,13 @@ class Args:
     dynamic_sampling: bool = True
     """drop groups whose completions are all correct or all wrong and resample until the batch is full"""
     max_sampling_rounds: int = 8
-    """at most this many rounds of prompts_per_step prompts a step; a batch still short is topped up with filtered groups"""
+    """at most this many rounds of prompts_per_step prompts a step; a short batch is topped up"""
     token_level_loss: bool = True
-    """divide the batch's summed token losses by its token count (DAPO); --no-token-level-loss: mean of per-completion means (GRPO)"""
+    """batch's token-loss sum over its token count (DAPO); off: mean of per-completion means (GRPO)"""
     soft_overlong: bool = True
     """add the soft overlong penalty to the reward"""
     max_completion_len: int = 6
-    """L_max: tokens sampled per completion; a completion without <eos> within them is truncated (a well-formed answer takes digits + 2)"""
+    """L_max: tokens sampled per completion, truncated without <eos> (a well-formed answer: digits + 2)"""
     overlong_cache: int = 2
     """L_cache: the penalty falls linearly from 0 at L_max - L_cache tokens to -1 at L_max"""
     overlong_filter: bool = False
@@ -220,35 +197,44 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
+    """Refuse bad flags before any run directory is written or any network is built (one-line ValueError)."""
+    C = tasks.completion_len(args.digits)  # tokens of a well-formed answer: digits + 1 and <eos>
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("prompts_per_step", args.prompts_per_step >= 1, ">= 1"),
+        ("group_size", args.group_size >= 2, ">= 2 (the group's baseline needs another completion)"),
+        ("temperature", args.temperature > 0, "> 0"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("warmup_steps", args.warmup_steps >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_low", 0 < args.clip_low < 1, "in (0, 1)"),
+        ("clip_high", args.clip_high > 0, "> 0"),
+        ("max_sampling_rounds", args.max_sampling_rounds >= 1, ">= 1"),
+        ("max_completion_len", args.max_completion_len >= 1, ">= 1"),
+        ("overlong_cache", args.overlong_cache >= 1, ">= 1"),
+        ("kl_coef", args.kl_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < 100**args.digits, "< 100 ** --digits, the number of problems"),
+        ("max_completion_len", args.max_completion_len >= C, f">= {C}, a well-formed answer's tokens"),
+        (
+            "overlong_cache",
+            not args.soft_overlong or args.overlong_cache <= args.max_completion_len - C,
+            f"<= --max-completion-len - {C} with --soft-overlong: no penalty on a well-formed answer",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.model:
         raise ValueError(
             f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/dapo_torch.py; "
             "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
             "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
-        )
-    if args.group_size < 2:
-        raise ValueError(
-            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
-        )
-    if args.temperature <= 0:
-        raise ValueError(f"temperature = {args.temperature} must be positive (DAPO samples)")
-    if not (0.0 < args.clip_low < 1.0 and args.clip_high > 0.0):
-        raise ValueError(
-            f"clip_low = {args.clip_low} must be in (0, 1) and clip_high = {args.clip_high} positive"
-        )
-    if args.max_sampling_rounds < 1:
-        raise ValueError(f"max_sampling_rounds = {args.max_sampling_rounds} must be at least 1")
-    C = tasks.completion_len(args.digits)
-    if args.max_completion_len < C:
-        raise ValueError(
-            f"max_completion_len = {args.max_completion_len}: a {args.digits}-digit answer needs {C} tokens"
-        )
-    if args.soft_overlong and not 1 <= args.overlong_cache <= args.max_completion_len - C:
-        raise ValueError(
-            f"overlong_cache = {args.overlong_cache} with max_completion_len = "
-            f"{args.max_completion_len}: the penalty must start at or after the {C} tokens of a "
-            f"well-formed answer (1 <= overlong_cache <= {args.max_completion_len - C})"
         )
     need = tasks.prompt_len(args.digits) + args.max_completion_len
     path = args.sft_path or default_sft_path(args)
@@ -258,8 +244,8 @@ def check_args(args):
         sft_jax.check_args(sft_jax.Args(digits=args.digits))
         if need > sft_jax.Args().block_size:
             raise ValueError(
-                f"prompt + max_completion_len need {need} positions; the SFT model's context is "
-                f"{sft_jax.Args().block_size}"
+                f"--max-completion-len {args.max_completion_len}: prompt + completion need {need} "
+                f"positions; the SFT model's context is {sft_jax.Args().block_size}"
             )
 
 
@@ -322,6 +308,8 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: the SFT start, seeding, the frozen reference, optimiser, the round sampler
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
@@ -426,7 +414,7 @@ def train(args: Args) -> dict:
     prompts_sampled, groups_filtered, last_print = 0, 0, 0.0
     start_time = time.time()
     for step in range(1, args.total_steps + 1):
-        # ---- dynamic sampling: rounds of N prompts x G completions until N informative groups
+        # ---- 2. Rollout: dynamic sampling, rounds of N prompts x G completions until N informative groups
         groups, ds = dynamic_sample(
             sample_round, N, args.max_sampling_rounds if args.dynamic_sampling else 1, args.dynamic_sampling
         )
@@ -435,7 +423,7 @@ def train(args: Args) -> dict:
         pairs = np.repeat(groups["pairs"], G, axis=0)
         completions = groups["completions"].reshape(-1, L)
 
-        # ---- shaped rewards (verifier + soft overlong penalty) and group advantages
+        # ---- 3. Advantages: shaped rewards (verifier + soft overlong penalty), standardised in the group
         comp_mask = tasks.completion_mask(completions)
         truncated = ~(completions == tasks.EOS).any(-1)
         correct = jnp.asarray(groups["correct"].reshape(-1))
@@ -448,7 +436,8 @@ def train(args: Args) -> dict:
         if args.overlong_filter:  # overlong filtering: truncated completions do not enter the loss
             comp_mask = comp_mask * ~truncated[:, None]
 
-        # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
+        # ---- 4. Update: update_epochs clipped steps on the batch of groups
+        # Inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t].
         full = jnp.concatenate(
             [jnp.asarray(tasks.encode_prompts(pairs, args.digits)), jnp.asarray(completions)], axis=1
         )
@@ -457,7 +446,6 @@ def train(args: Args) -> dict:
         old_logp = logps(params, inputs, labels)
         ref_logp = logps(ref_params, inputs, labels)
 
-        # ---- update
         batch = dict(
             inputs=inputs,
             labels=labels,
@@ -471,6 +459,7 @@ def train(args: Args) -> dict:
             stats[k] for k in ("dapo_loss", "kl", "clip_low", "clip_high", "entropy")
         )
 
+        # ---- 5. Logging
         sps = int(counts["tokens"] / (time.time() - start_time))
         writer.add_scalar("reward", float(rewards.mean()), step)
         writer.add_scalar("reward_std", float(rewards.std()), step)
@@ -506,6 +495,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 6. Summary: the KL to the reference and the run's figures
     wall_time = time.time() - start_time
     kl_to_ref, key = kl_to_reference(model, params, ref_params, test_pairs, args.digits, key)
     writer.close()
@@ -537,4 +527,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,22 +1,13 @@
 """DPO: direct preference optimisation on preference pairs -- the JAX twin.
 
-The SFT policy (llm/sft_jax.py, trained first when its checkpoint is missing) samples K
-completions for each training prompt; pairs of completions the gold scorer (tasks.graded_score) ranks differently
-become preference pairs, labelled with Bradley-Terry label noise (llm/tasks.py). DPO then fits the
-policy directly with the logistic loss on the difference of implicit rewards
-beta * log(pi / pi_ref) of the chosen and the rejected completion; the reference log-probs are
-computed once, without gradient, before training. No reward model, no sampling during training.
+The SFT policy (llm/sft_jax.py) samples completions; pairs the gold scorer ranks differently
+become noisy preference pairs. DPO fits the policy with the logistic loss on the difference of the
+implicit rewards beta log(pi / pi_ref) of chosen and rejected: no reward model, no sampling in training.
 Paper:  Rafailov et al. 2023, "Direct Preference Optimization: Your Language Model is Secretly a
         Reward Model", arXiv:2305.18290.
 Twin:   llm/dpo_torch.py (`diff llm/dpo_torch.py llm/dpo_jax.py` shows only the framework).
 Docs:   docs/algorithms/dpo.md
-
-Verified (tests/): dpo_loss against hand-computed numbers (worked problem 5: loss 0.5544, implicit
-rewards +0.2 and -0.1; ln 2 when policy = reference), parity of dpo_loss (values and gradients) with
-the PyTorch twin within 1e-4, a smoke run with identical figures for two runs with the same seed, bad
-input, and learning: greedy held-out accuracy at least 10 points above the SFT start for each of
-seeds 1-3 (pytest -m learning; runs in docs/algorithms/dpo.md).
-Reproduce: python llm/dpo_jax.py --seed 1
+Run:    python llm/dpo_jax.py --seed 1
 """
 
 import os
@@ -44,13 +35,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """local Hugging Face causal LM folder (local files only), the start instead of --sft-path"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: log_dir/sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 2000
@@ -60,7 +51,7 @@ class Args:
     label_noise: float = 0.1
     """probability that a pair's preference is flipped (Bradley-Terry on the gold reward)"""
     beta: float = 1.0
-    """DPO temperature: the strength of the implicit KL regularisation to the reference"""
+    """DPO temperature beta: the strength of the implicit KL pull to the reference (paper: 0.1)"""
     epochs: int = 2
     """passes over the preference pairs"""
     batch_size: int = 64
@@ -102,19 +93,39 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    problems = 100**args.digits if args.digits >= 1 else 0  # operand pairs of the task
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("num_prompts", args.num_prompts >= 1, ">= 1"),
+        ("samples_per_prompt", args.samples_per_prompt >= 2, ">= 2, a pair needs two completions"),
+        ("label_noise", 0 <= args.label_noise < 0.5, "in [0, 0.5)"),
+        ("beta", args.beta > 0, "> 0"),
+        ("epochs", args.epochs >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < problems, f"< {problems}, the {args.digits}-digit problems"),
+        (
+            "num_prompts",
+            args.num_prompts <= problems - args.num_test,
+            f"<= {problems - args.num_test}, the training prompts",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.model:
         raise ValueError(
-            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/dpo_torch.py; "
-            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only "
+            "(llm/dpo_torch.py; docs/algorithms/llm.md, 'Real models'): transformers 5 removed its "
+            "Flax models (FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary "
+            "checkpoint to load"
         )
-    if args.samples_per_prompt < 2:
-        raise ValueError(
-            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
-        )
-    if not 0.0 <= args.label_noise < 0.5:
-        raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if os.path.exists(path):
@@ -186,6 +197,8 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: SFT start, run directory, seeding
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
@@ -206,7 +219,7 @@ def train(args: Args) -> dict:
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     K, C = args.samples_per_prompt, tasks.completion_len(args.digits)
 
-    # ---- preference data: K samples of the SFT policy per prompt, gold-scored, Bradley-Terry labels
+    # ---- 2. Preference data: K samples of the SFT policy per prompt, gold-scored, noisy labels
     operands = train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)]
     prompts = tasks.encode_prompts(operands, args.digits)
     samples, key = sample(model, params, jnp.asarray(prompts).repeat(K, axis=0), key, C, 1.0)
@@ -219,12 +232,13 @@ def train(args: Args) -> dict:
     data = {k: jnp.asarray(v) for k, v in data.items()}
     num_pairs = len(data["chosen"])
 
-    # ---- reference log-probs, once, without gradient (the reference never changes)
+    # ---- 3. Reference log-probs: once, without gradient (the reference never changes)
     logps = jax.jit(lambda params, p, c, m: pair_logps(model, params, p, c, m))
     ref_params = params  # the SFT parameters; the updates below make new pytrees and leave these alone
     ref_chosen = logps(params, data["prompts"], data["chosen"], data["chosen_mask"])
     ref_rejected = logps(params, data["prompts"], data["rejected"], data["rejected_mask"])
 
+    # ---- 4. Training: DPO steps over the pairs, greedy evaluations
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(args.learning_rate))
     opt_state = optimizer.init(params)
 
@@ -292,6 +306,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 5. Summary: the chosen log-probs against the margin, the KL to the reference
     # The known symptom: the margin grows while the chosen completions themselves get less likely
     # (both log-probs fall, the rejected ones faster). Measured on the whole pair set, before/after.
     final_chosen = logps(params, data["prompts"], data["chosen"], data["chosen_mask"])
@@ -331,4 +346,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

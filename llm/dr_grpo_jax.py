@@ -1,33 +1,14 @@
 """Dr. GRPO: GRPO done right, without the std and length normalisations -- the JAX twin.
 
-For each training prompt the policy samples a group of G completions; the verifier scores them
-(1 correct, 0 otherwise); each completion's advantage is its reward minus the group's mean reward,
-with no division by the group's std (GRPO's question-level difficulty bias). The update is GRPO's
-clipped per-token ratio against the sampling policy, but the masked per-token losses of a completion
-are summed and divided by a constant, the generation budget of max_len tokens, instead of by the
-completion's own length (GRPO's length bias): every token weighs the same whatever the length of its
-completion. As in the paper, no KL penalty by default (kl_coef 0; the k3 term stays as a flag).
-Starts from the SFT checkpoint (llm/sft_jax.py), trained first when it is missing.
+GRPO's clipped per-token ratio on a group of G sampled completions per prompt, with the advantage
+r - mean(r) (no division by the group's std) and each completion's token losses summed over a
+constant max_len (not averaged over its own length). Starts from the SFT checkpoint
+(llm/sft_jax.py), trained first when it is missing.
 Papers: Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective",
-        arXiv:2503.20783 (Dr. GRPO); Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300 (GRPO);
-        Schulman et al. 2017, arXiv:1707.06347 (the clipped surrogate).
-Twin:   llm/dr_grpo_torch.py (`diff llm/dr_grpo_torch.py llm/dr_grpo_jax.py` shows only the framework).
+        arXiv:2503.20783 (Dr. GRPO); Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300 (GRPO).
+Twin:   llm/dr_grpo_torch.py (`diff llm/dr_grpo_torch.py llm/dr_grpo_jax.py`: only the framework).
 Docs:   docs/algorithms/dr_grpo.md
-
-Verified (tests/): group_advantages against hand-computed numbers and against GRPO's standardised
-ones on the same group (rewards [1, 0, 0, 0] -> [0.75, -0.25, -0.25, -0.25] against GRPO's
-[1.732, -0.577, -0.577, -0.577]), the aggregation (a 4-token and a 1-token completion: GRPO's
-per-completion mean gives each token of the short one 4 times the weight, the constant normaliser
-the same weight to all; padding with mask 0 changes nothing), the clip and the KL term, GRPO's loss
-recovered by --loss-type grpo, in tests/unit/test_dr_grpo.py; parity of group_advantages, k3_kl,
-aggregate and dr_grpo_loss (value and gradient) with the PyTorch twin within 1e-4, on random inputs
-and on one checkpoint and batch (tests/parity/test_dr_grpo.py); a smoke run with identical figures for two runs
-with the same seed; bad input (group size below 2, an unknown loss type, a checkpoint of the wrong
-vocabulary or context) refused before any run directory is written, and learning: greedy held-out
-accuracy at least 25 points above the SFT start after 30 steps on every seed (tests/registry.py).
-Measured gains (greedy held-out accuracy over the SFT start, 30 steps, GRPO's budget), seeds 1-3:
-torch +0.444/+0.440/+0.444, jax +0.444/+0.444/+0.418.
-Reproduce: python llm/dr_grpo_jax.py --seed 1
+Run:    python llm/dr_grpo_jax.py --seed 1
 """
 
 import os
@@ -56,13 +37,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """a local Hugging Face causal LM folder (local files only); empty: the tiny LM of llm/tinylm_*.py"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: default_sft_path(args) in log_dir, trained first when missing"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     total_steps: int = 30
@@ -76,7 +57,7 @@ class Args:
     learning_rate: float = 3e-4
     """Adam learning rate"""
     warmup_steps: int = 10
-    """linear learning-rate warm-up: Adam's first steps move every weight by about the full learning rate"""
+    """steps of linear learning-rate warm-up (the rate at step s is learning_rate * min(1, s / warmup))"""
     update_epochs: int = 2
     """gradient steps on each batch of groups (the first is on-policy, ratio 1)"""
     clip_coef: float = 0.2
@@ -86,7 +67,7 @@ class Args:
     scale_rewards: bool = False
     """divide advantages by the group's std as GRPO does (the difficulty bias); off in Dr. GRPO"""
     loss_type: Literal["dr_grpo", "grpo"] = "dr_grpo"
-    """dr_grpo: sum each completion's token losses over a constant max_len; grpo: average them over the completion's length (the length bias)"""
+    """dr_grpo: token-loss sums over the constant max_len; grpo: means over each completion's length"""
     max_grad_norm: float = 1.0
     """global gradient-norm clip"""
     eval_every: int = 5
@@ -152,22 +133,39 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
+    """Refuse bad flags before any run directory is written or any network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("prompts_per_step", args.prompts_per_step >= 1, ">= 1"),
+        ("group_size", args.group_size >= 2, ">= 2 (the group mean needs another completion)"),
+        ("temperature", args.temperature > 0, "> 0"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("warmup_steps", args.warmup_steps >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("kl_coef", args.kl_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < 100**args.digits, "< 100 ** --digits, the number of problems"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.model:
         raise ValueError(
-            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/dr_grpo_torch.py; "
-            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only "
+            "(llm/dr_grpo_torch.py; docs/algorithms/llm.md, 'Real models'): transformers 5 removed "
+            "its Flax models (FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary "
+            "checkpoint to load"
         )
-    if args.group_size < 2:
-        raise ValueError(
-            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
-        )
-    if args.temperature <= 0:
-        raise ValueError(f"temperature = {args.temperature} must be positive (Dr. GRPO samples)")
     if args.loss_type not in ("dr_grpo", "grpo"):
         raise ValueError(
-            f"loss_type = {args.loss_type!r}: choose 'dr_grpo' (constant normaliser) or 'grpo' (per-completion mean)"
+            f"--loss-type {args.loss_type!r}: choose 'dr_grpo' (constant normaliser) or 'grpo' "
+            "(per-completion mean)"
         )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
@@ -236,6 +234,8 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: the SFT start, seeding, the frozen reference, optimiser
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
@@ -314,11 +314,13 @@ def train(args: Args) -> dict:
     wrong_sums, wrong_counts = np.zeros(args.total_steps), np.zeros(args.total_steps)
     start_time = time.time()
     for step in range(1, args.total_steps + 1):
-        # ---- sample a group of G completions for each prompt and score them
+        # ---- 2. Rollout: a group of G completions for each prompt, scored by the verifier
         pairs = np.repeat(train_pairs[rng.integers(0, len(train_pairs), args.prompts_per_step)], G, axis=0)
         prompts = jnp.asarray(tasks.encode_prompts(pairs, args.digits))
         completions, key = sample(model, params, prompts, key, C, args.temperature)
         rewards = jnp.asarray(tasks.verify(pairs, np.asarray(completions), args.digits))
+
+        # ---- 3. Advantages: the reward minus the group's mean (no std unless --scale-rewards)
         group_rewards = rewards.reshape(-1, G)
         advantages = group_advantages(group_rewards)
         if args.scale_rewards:  # GRPO's std normalisation, for the comparison only
@@ -327,14 +329,14 @@ def train(args: Args) -> dict:
         comp_mask = jnp.asarray(tasks.completion_mask(np.asarray(completions)))
         tokens_sampled += int(comp_mask.sum())
 
-        # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
+        # ---- 4. Update: update_epochs clipped steps on the batch of groups
+        # Inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t].
         full = jnp.concatenate([prompts, completions], axis=1)
         inputs, labels = full[:, :-1], full[:, 1:]
         mask = jnp.concatenate([jnp.zeros((len(full), P - 1)), comp_mask], axis=1)
         old_logp = logps(params, inputs, labels)
         ref_logp = logps(ref_params, inputs, labels)
 
-        # ---- update
         batch = dict(
             inputs=inputs,
             labels=labels,
@@ -346,7 +348,7 @@ def train(args: Args) -> dict:
         params, opt_state, stats = update(params, opt_state, batch)
         loss, kl, clip_ratio, entropy = (stats[k] for k in ("dr_grpo_loss", "kl", "clip_ratio", "entropy"))
 
-        # ---- lengths: tokens up to and including <eos> (the whole budget C when there is none)
+        # ---- 5. Logging. Lengths: tokens up to and including <eos> (the whole budget C without one)
         lengths = np.asarray(comp_mask.sum(-1))
         wrong = np.asarray(rewards) == 0
         zero_std = float((group_rewards.std(axis=1) == 0).mean())
@@ -386,6 +388,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 6. Summary: the KL to the reference and the run's figures
     wall_time = time.time() - start_time
     kl_to_ref, key = kl_to_reference(model, params, ref_params, test_pairs, args.digits, key)
     writer.close()
@@ -417,4 +420,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,37 +1,13 @@
-"""GRPO: group relative policy optimisation with a verifiable reward, data parallel over devices --
-the JAX twin.
+"""GRPO, data parallel over the devices with jax.sharding, in one process -- the JAX twin.
 
-llm/grpo_jax.py spread over the devices with jax.sharding, in one process: a Mesh over the devices
-with one axis, "batch"; the parameters (policy, reference, optimiser state) are replicated, the
-prompts and everything per completion are sharded along "batch" in contiguous blocks of whole groups
-(prompts_per_step / devices prompts each). The jitted sampler runs on the sharded prompts, so the
-generation is split across the devices; each group's advantages are computed on the device that
-holds the group; the jitted update runs on the sharded batch, and XLA all-reduces the gradient of
-the mean over all completions. On the CPU, several devices come from
-XLA_FLAGS=--xla_force_host_platform_device_count=2, set before jax is imported.
-
-For each training prompt the policy samples a group of G completions; the verifier scores them
-(1 correct, 0 otherwise); each completion's advantage is its reward standardised within its group
-(mean baseline, population std), so no critic is learned. The update is PPO's clipped per-token
-ratio against the sampling policy plus the k3 estimate of KL(pi || pi_ref) to the SFT reference,
-with completion-token masks everywhere. Starts from the SFT checkpoint (llm/sft_jax.py), trained
-first when it is missing.
-Papers: Shao et al. 2024, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
-        Language Models", arXiv:2402.03300 (GRPO); Schulman et al. 2017, arXiv:1707.06347 (the
-        clipped surrogate); Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
-        Perspective", arXiv:2503.20783 (the std-normalisation and length biases).
-Twin:   llm/grpo_ddp_torch.py (torchrun, DistributedDataParallel); the single-device original is
-        llm/grpo_jax.py (`diff llm/grpo_jax.py llm/grpo_ddp_jax.py` shows the distribution).
-Docs:   docs/algorithms/ppo_ddp.md (the PPO and GRPO data-parallel scripts)
-
-Verified (tests/): the loss gradient and the update jitted on a batch of groups sharded over 2 forced
-host devices equal those on one device within 1e-5 (tests/unit/test_grpo_ddp.py, in a subprocess
-with XLA_FLAGS); the single-device smoke run (tests/smoke). The math (group_advantages, k3_kl,
-grpo_loss) is llm/grpo_jax.py's, verified there.
---model PATH, a local Hugging Face causal LM (llm/hf_model.py): every torch rank loads the same folder and
-DDP wraps it as it wraps the tiny LM; the JAX twin refuses it (transformers 5 has no Flax models).
-Verified in tests/unit/test_hf_model.py on a tiny random GPT-2, in one process and under torchrun with 2.
-Reproduce: XLA_FLAGS=--xla_force_host_platform_device_count=2 python llm/grpo_ddp_jax.py --seed 1
+llm/grpo_jax.py with the step's prompts and everything per completion sharded over a one-axis mesh
+in whole groups, the parameters replicated; XLA all-reduces the gradient of the mean over all
+completions. On the CPU, XLA_FLAGS=--xla_force_host_platform_device_count=2 gives two devices.
+Paper:  Shao et al. 2024, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
+        Language Models", arXiv:2402.03300.
+Twin:   llm/grpo_ddp_torch.py; `diff llm/grpo_jax.py llm/grpo_ddp_jax.py` shows the distribution.
+Docs:   docs/algorithms/grpo_ddp.md
+Run:    XLA_FLAGS=--xla_force_host_platform_device_count=2 python llm/grpo_ddp_jax.py --seed 1
 """
 
 import os
@@ -61,19 +37,19 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """local Hugging Face causal LM folder (local files only), the start instead of --sft-path"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: log_dir/sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     total_steps: int = 30
     """GRPO steps (sample, score, update)"""
     prompts_per_step: int = 64
-    """training prompts per step, over all workers (each a torchrun rank or a JAX device; split evenly, whole groups)"""
+    """training prompts per step over all workers (torchrun ranks or JAX devices), split in whole groups"""
     group_size: int = 8
     """completions sampled per prompt (G >= 2)"""
     temperature: float = 1.0
@@ -89,7 +65,7 @@ class Args:
     kl_coef: float = 0.04
     """weight beta of the k3 KL penalty to the reference (SFT) policy"""
     scale_rewards: bool = True
-    """divide advantages by the group's std (GRPO); --no-scale-rewards keeps the mean baseline only (Dr. GRPO)"""
+    """divide advantages by the group's std (GRPO); --no-scale-rewards: mean baseline only (Dr. GRPO)"""
     max_grad_norm: float = 1.0
     """global gradient-norm clip"""
     eval_every: int = 5
@@ -141,7 +117,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, clip_coef, kl_coef):
 
 # ----------------------------------------------------------------------------- distribution
 def make_optimizer(args):
-    """Adam after a global-norm clip, with the linear warm-up counted in steps (update_epochs updates each)."""
+    """Adam after a global-norm clip, with the linear warm-up counted in steps (update_epochs updates
+    each)."""
     return optax.chain(
         optax.clip_by_global_norm(args.max_grad_norm),
         optax.adam(
@@ -193,19 +170,42 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    problems = 100**args.digits if args.digits >= 1 else 0  # operand pairs of the task
+    workers = len(jax.devices() if args.cuda else jax.devices("cpu"))  # the devices the batch is sharded over
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("prompts_per_step", args.prompts_per_step >= 1, ">= 1"),
+        ("group_size", args.group_size >= 2, ">= 2, a group baseline needs at least 2 completions"),
+        ("temperature", args.temperature > 0, "> 0"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("warmup_steps", args.warmup_steps >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("kl_coef", args.kl_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < problems, f"< {problems}, the {args.digits}-digit problems"),
+        (
+            "prompts_per_step",
+            args.prompts_per_step % workers == 0,
+            f"a multiple of the worker count, {workers} (each worker samples whole groups)",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.model:
         raise ValueError(
-            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/grpo_ddp_torch.py; "
-            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only "
+            "(llm/grpo_ddp_torch.py; docs/algorithms/llm.md, 'Real models'): transformers 5 removed its "
+            "Flax models (FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary "
+            "checkpoint to load"
         )
-    if args.group_size < 2:
-        raise ValueError(
-            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
-        )
-    if args.temperature <= 0:
-        raise ValueError(f"temperature = {args.temperature} must be positive (GRPO samples)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if os.path.exists(path):
@@ -272,14 +272,11 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: workers, SFT start, run directory, seeding, reference, optimiser
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU.
     devices = jax.devices() if args.cuda else jax.devices("cpu")
     num_shards = len(devices)
-    if args.prompts_per_step % num_shards:
-        raise ValueError(
-            f"prompts_per_step = {args.prompts_per_step} is not divisible by the "
-            f"{num_shards} workers (each samples whole groups)"
-        )
     with jax.default_device(devices[0]):
         (model, params), sft_path = load_or_train_sft(args)
         # One mesh axis, "batch", over every device: a sharded array splits its first axis into equal
@@ -327,7 +324,7 @@ def train(args: Args) -> dict:
         tokens_sampled, last_print = 0, 0.0
         start_time = time.time()
         for step in range(1, args.total_steps + 1):
-            # ---- sample a group of G completions for each prompt, each device for its block of groups
+            # ---- 2. Rollout: G completions per prompt, each worker for its own whole groups
             pairs = np.repeat(
                 train_pairs[rng.integers(0, len(train_pairs), args.prompts_per_step)], G, axis=0
             )
@@ -338,14 +335,16 @@ def train(args: Args) -> dict:
             comp_mask = jax.device_put(tasks.completion_mask(np.asarray(completions)), sharded)
             tokens_sampled += int(comp_mask.sum())
 
-            # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
+            # ---- 3. Log-probs: of the sampling and the reference policy
+            # inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
             full = jnp.concatenate([prompts, completions], axis=1)
             inputs, labels = full[:, :-1], full[:, 1:]
             mask = jnp.concatenate([jnp.zeros((len(full), P - 1)), comp_mask], axis=1)
             old_logp = logps(params, inputs, labels)
             ref_logp = logps(ref_params, inputs, labels)
 
-            # ---- update (XLA all-reduces the gradient over the devices)
+            # ---- 4. Update: the gradient averaged over the workers
+            # (XLA inserts the all-reduce over the devices)
             batch = jax.device_put(
                 dict(
                     inputs=inputs,
@@ -360,6 +359,7 @@ def train(args: Args) -> dict:
             params, opt_state, stats = update(params, opt_state, batch)
             loss, kl, clip_ratio, entropy = (stats[k] for k in ("grpo_loss", "kl", "clip_ratio", "entropy"))
 
+            # ---- 5. Logging and evaluation
             group_rewards = rewards.reshape(-1, G)
             zero_var = float((group_rewards.std(axis=1) == 0).mean())
             sps = int(tokens_sampled / (time.time() - start_time))
@@ -389,6 +389,7 @@ def train(args: Args) -> dict:
         if args.progress:
             print(file=sys.stderr)
 
+        # ---- 6. Summary: the sequence KL to the reference on the test prompts
         wall_time = time.time() - start_time
         kl_to_ref, key = kl_to_reference(model, params, ref_params, test_pairs, args.digits, key)
         writer.close()
@@ -417,4 +418,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

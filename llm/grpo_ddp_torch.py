@@ -1,38 +1,13 @@
-"""GRPO: group relative policy optimisation with a verifiable reward, data parallel over processes --
-the PyTorch twin.
+"""GRPO, data parallel over torchrun processes with DistributedDataParallel -- the PyTorch twin.
 
-llm/grpo_torch.py spread over torchrun processes (ranks) with DistributedDataParallel: every rank
-draws the step's prompts with the same seed and takes its own contiguous share of whole groups
-(prompts_per_step / world_size prompts, G completions each), so the sampling of the completions is
-split across the ranks and each group's advantages are computed where the group was sampled, with
-no communication. Each rank's loss is the mean over its completions; DDP all-reduces (averages)
-the gradients, which is the gradient of the mean over all completions, and every rank takes the
-same Adam step. Only rank 0 trains a missing SFT checkpoint, evaluates, logs and prints.
-Launch: torchrun --nproc_per_node=2 llm/grpo_ddp_torch.py (gloo on the CPU, nccl on CUDA); without
-torchrun it runs as one process (world size 1), with llm/grpo_torch.py's draws in the same order.
-
-For each training prompt the policy samples a group of G completions; the verifier scores them
-(1 correct, 0 otherwise); each completion's advantage is its reward standardised within its group
-(mean baseline, population std), so no critic is learned. The update is PPO's clipped per-token
-ratio against the sampling policy plus the k3 estimate of KL(pi || pi_ref) to the SFT reference,
-with completion-token masks everywhere. Starts from the SFT checkpoint (llm/sft_torch.py), trained
-first when it is missing.
-Papers: Shao et al. 2024, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
-        Language Models", arXiv:2402.03300 (GRPO); Schulman et al. 2017, arXiv:1707.06347 (the
-        clipped surrogate); Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
-        Perspective", arXiv:2503.20783 (the std-normalisation and length biases).
-Twin:   llm/grpo_ddp_jax.py (jax.sharding over devices); the single-process original is
-        llm/grpo_torch.py (`diff llm/grpo_torch.py llm/grpo_ddp_torch.py` shows the distribution).
-Docs:   docs/algorithms/ppo_ddp.md (the PPO and GRPO data-parallel scripts)
-
-Verified (tests/): the loss gradient and the update of 2 gloo processes, each holding half of a fixed
-batch of groups, equal those of 1 process on the concatenated batch within 1e-5
-(tests/unit/test_grpo_ddp.py); a torchrun run with 2 processes; the single-process smoke run
-(tests/smoke). The math (group_advantages, k3_kl, grpo_loss) is llm/grpo_torch.py's, verified there.
---model PATH, a local Hugging Face causal LM (llm/hf_model.py): every torch rank loads the same folder and
-DDP wraps it as it wraps the tiny LM; the JAX twin refuses it (transformers 5 has no Flax models).
-Verified in tests/unit/test_hf_model.py on a tiny random GPT-2, in one process and under torchrun with 2.
-Reproduce: torchrun --nproc_per_node=2 llm/grpo_ddp_torch.py --seed 1
+llm/grpo_torch.py with the step's prompts split over the ranks in whole groups: each rank samples,
+scores and standardises its own groups (no communication), DDP averages the gradients, and every
+rank takes the same Adam step. Only rank 0 trains a missing SFT checkpoint, evaluates and logs.
+Paper:  Shao et al. 2024, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
+        Language Models", arXiv:2402.03300.
+Twin:   llm/grpo_ddp_jax.py; `diff llm/grpo_torch.py llm/grpo_ddp_torch.py` shows the distribution.
+Docs:   docs/algorithms/grpo_ddp.md
+Run:    torchrun --nproc_per_node=2 llm/grpo_ddp_torch.py --seed 1   (plain python: one process)
 """
 
 import copy
@@ -62,19 +37,19 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """local Hugging Face causal LM folder (local files only), the start instead of --sft-path"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: log_dir/sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     total_steps: int = 30
     """GRPO steps (sample, score, update)"""
     prompts_per_step: int = 64
-    """training prompts per step, over all workers (each a torchrun rank or a JAX device; split evenly, whole groups)"""
+    """training prompts per step over all workers (torchrun ranks or JAX devices), split in whole groups"""
     group_size: int = 8
     """completions sampled per prompt (G >= 2)"""
     temperature: float = 1.0
@@ -90,7 +65,7 @@ class Args:
     kl_coef: float = 0.04
     """weight beta of the k3 KL penalty to the reference (SFT) policy"""
     scale_rewards: bool = True
-    """divide advantages by the group's std (GRPO); --no-scale-rewards keeps the mean baseline only (Dr. GRPO)"""
+    """divide advantages by the group's std (GRPO); --no-scale-rewards: mean baseline only (Dr. GRPO)"""
     max_grad_norm: float = 1.0
     """global gradient-norm clip"""
     eval_every: int = 5
@@ -180,13 +155,35 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
-    if args.group_size < 2:
-        raise ValueError(
-            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
-        )
-    if args.temperature <= 0:
-        raise ValueError(f"temperature = {args.temperature} must be positive (GRPO samples)")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    problems = 100**args.digits if args.digits >= 1 else 0  # operand pairs of the task
+    workers = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun ranks; 1 without torchrun
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("prompts_per_step", args.prompts_per_step >= 1, ">= 1"),
+        ("group_size", args.group_size >= 2, ">= 2, a group baseline needs at least 2 completions"),
+        ("temperature", args.temperature > 0, "> 0"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("warmup_steps", args.warmup_steps >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("kl_coef", args.kl_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < problems, f"< {problems}, the {args.digits}-digit problems"),
+        (
+            "prompts_per_step",
+            args.prompts_per_step % workers == 0,
+            f"a multiple of the worker count, {workers} (each worker samples whole groups)",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
@@ -274,12 +271,9 @@ def kl_to_reference(policy, reference, pairs, digits):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: workers, SFT start, run directory, seeding, reference, optimiser
     rank, world_size, device = setup_distributed(args)
-    if args.prompts_per_step % world_size:
-        raise ValueError(
-            f"prompts_per_step = {args.prompts_per_step} is not divisible by the "
-            f"{world_size} workers (each samples whole groups)"
-        )
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     # Rank 0 trains the SFT checkpoint when it is missing; the other ranks wait for it, then load it.
     # With --model nothing is trained first: every rank loads the same local folder at once.
@@ -288,9 +282,8 @@ def train(args: Args) -> dict:
     policy, sft_path = load_or_train_sft(args)
     if rank == 0 and dist.is_initialized() and not args.model:
         dist.barrier()
-    policy = policy.to(
-        device
-    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    # Sampling and every update run on the device; the task's numpy bookkeeping stays on the host.
+    policy = policy.to(device)
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = None
@@ -334,7 +327,7 @@ def train(args: Args) -> dict:
     start_time = time.time()
     for step in range(1, args.total_steps + 1):
         optimizer.param_groups[0]["lr"] = args.learning_rate * min(1.0, step / args.warmup_steps)
-        # ---- sample a group of G completions for each of this rank's prompts and score them
+        # ---- 2. Rollout: G completions per prompt, each worker for its own whole groups
         pairs = np.repeat(train_pairs[rng.integers(0, len(train_pairs), args.prompts_per_step)], G, axis=0)
         pairs = pairs[rank * share : (rank + 1) * share]  # whole groups: rank r's block of prompts
         prompts = torch.as_tensor(tasks.encode_prompts(pairs, args.digits), device=device)
@@ -343,7 +336,8 @@ def train(args: Args) -> dict:
         advantages = group_advantages(rewards.reshape(-1, G), scale=args.scale_rewards).reshape(-1)
         comp_mask = torch.as_tensor(tasks.completion_mask(completions.cpu().numpy()), device=device)
 
-        # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
+        # ---- 3. Log-probs: of the sampling and the reference policy
+        # inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
         full = torch.cat([prompts, completions], dim=1)
         inputs, labels = full[:, :-1], full[:, 1:]
         mask = torch.cat([torch.zeros(len(full), P - 1, device=device), comp_mask], dim=1)
@@ -351,7 +345,8 @@ def train(args: Args) -> dict:
             old_logp = token_logps(policy(inputs), labels, args.temperature)
             ref_logp = token_logps(reference(inputs), labels, args.temperature)
 
-        # ---- update (gradients averaged over the ranks)
+        # ---- 4. Update: the gradient averaged over the workers
+        # (DDP all-reduces the gradients in backward)
         batch = dict(
             inputs=inputs,
             labels=labels,
@@ -365,6 +360,7 @@ def train(args: Args) -> dict:
             logp_all = torch.log_softmax(logits / args.temperature, dim=-1)
             entropy = (-(logp_all.exp() * logp_all).sum(-1) * mask).sum() / mask.sum()
 
+        # ---- 5. Logging and evaluation
         group_rewards = rewards.reshape(-1, G)
         # The logged figures, over all ranks in one all-reduce: sums of the per-completion and
         # per-group counts, and the ranks' mean of the per-rank losses.
@@ -417,6 +413,7 @@ def train(args: Args) -> dict:
     if rank == 0 and args.progress:
         print(file=sys.stderr)
 
+    # ---- 6. Summary: the sequence KL to the reference on the test prompts
     wall_time = time.time() - start_time
     if dist.is_initialized():
         dist.barrier()  # every rank is done with collectives before the group goes
@@ -451,4 +448,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,26 +1,14 @@
 """GRPO: group relative policy optimisation with a verifiable reward -- the JAX twin.
 
-For each training prompt the policy samples a group of G completions; the verifier scores them
-(1 correct, 0 otherwise); each completion's advantage is its reward standardised within its group
-(mean baseline, population std), so no critic is learned. The update is PPO's clipped per-token
-ratio against the sampling policy plus the k3 estimate of KL(pi || pi_ref) to the SFT reference,
-with completion-token masks everywhere. Starts from the SFT checkpoint (llm/sft_jax.py), trained
-first when it is missing.
+Each prompt's G sampled completions are scored by the verifier; a completion's advantage is its
+reward standardised within its group, so no critic is learned. The update is PPO's clipped
+per-token ratio plus a k3 KL penalty to the SFT reference (llm/sft_jax.py), under completion masks.
 Papers: Shao et al. 2024, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
-        Language Models", arXiv:2402.03300 (GRPO); Schulman et al. 2017, arXiv:1707.06347 (the
-        clipped surrogate); Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
-        Perspective", arXiv:2503.20783 (the std-normalisation and length biases).
+        Language Models", arXiv:2402.03300; Schulman et al. 2017, "Proximal Policy Optimization
+        Algorithms", arXiv:1707.06347.
 Twin:   llm/grpo_torch.py (`diff llm/grpo_torch.py llm/grpo_jax.py` shows only the framework).
 Docs:   docs/algorithms/grpo.md
-
-Verified (tests/): group_advantages and k3_kl against hand-computed numbers (worked problem 6),
-grpo_loss's clipping and masking in tests/unit/test_grpo.py, parity of group_advantages, k3_kl,
-sequence_logps and grpo_loss with the PyTorch twin within 1e-4 on one checkpoint and batch, a smoke run
-with identical figures for two runs with the same seed, bad input (group size below 2, a checkpoint
-of the wrong vocabulary or context), and learning: greedy held-out accuracy at least 25 points above
-the SFT start after 30 steps on every seed (seed 1 in the default test suite; pytest -m learning).
-Measured gains, seeds 1-3: torch +0.444/+0.446/+0.442, jax +0.440/+0.438/+0.410.
-Reproduce: python llm/grpo_jax.py --seed 1
+Run:    python llm/grpo_jax.py --seed 1
 """
 
 import os
@@ -48,13 +36,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """local Hugging Face causal LM folder (local files only), the start instead of --sft-path"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: log_dir/sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     total_steps: int = 30
@@ -76,7 +64,7 @@ class Args:
     kl_coef: float = 0.04
     """weight beta of the k3 KL penalty to the reference (SFT) policy"""
     scale_rewards: bool = True
-    """divide advantages by the group's std (GRPO); --no-scale-rewards keeps the mean baseline only (Dr. GRPO)"""
+    """divide advantages by the group's std (GRPO); --no-scale-rewards: mean baseline only (Dr. GRPO)"""
     max_grad_norm: float = 1.0
     """global gradient-norm clip"""
     eval_every: int = 5
@@ -132,19 +120,36 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    problems = 100**args.digits if args.digits >= 1 else 0  # operand pairs of the task
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("prompts_per_step", args.prompts_per_step >= 1, ">= 1"),
+        ("group_size", args.group_size >= 2, ">= 2, a group baseline needs at least 2 completions"),
+        ("temperature", args.temperature > 0, "> 0"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("warmup_steps", args.warmup_steps >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("kl_coef", args.kl_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < problems, f"< {problems}, the {args.digits}-digit problems"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.model:
         raise ValueError(
-            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/grpo_torch.py; "
-            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only "
+            "(llm/grpo_torch.py; docs/algorithms/llm.md, 'Real models'): transformers 5 removed its "
+            "Flax models (FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary "
+            "checkpoint to load"
         )
-    if args.group_size < 2:
-        raise ValueError(
-            f"group_size = {args.group_size}: a group needs at least 2 completions for a baseline"
-        )
-    if args.temperature <= 0:
-        raise ValueError(f"temperature = {args.temperature} must be positive (GRPO samples)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if os.path.exists(path):
@@ -212,6 +217,8 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: SFT start, run directory, seeding, reference, optimiser
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
@@ -284,7 +291,7 @@ def train(args: Args) -> dict:
     tokens_sampled, last_print = 0, 0.0
     start_time = time.time()
     for step in range(1, args.total_steps + 1):
-        # ---- sample a group of G completions for each prompt and score them
+        # ---- 2. Rollout: G completions per prompt, verifier rewards, group advantages
         pairs = np.repeat(train_pairs[rng.integers(0, len(train_pairs), args.prompts_per_step)], G, axis=0)
         prompts = jnp.asarray(tasks.encode_prompts(pairs, args.digits))
         completions, key = sample(model, params, prompts, key, C, args.temperature)
@@ -293,14 +300,15 @@ def train(args: Args) -> dict:
         comp_mask = jnp.asarray(tasks.completion_mask(np.asarray(completions)))
         tokens_sampled += int(comp_mask.sum())
 
-        # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
+        # ---- 3. Log-probs: of the sampling and the reference policy
+        # inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
         full = jnp.concatenate([prompts, completions], axis=1)
         inputs, labels = full[:, :-1], full[:, 1:]
         mask = jnp.concatenate([jnp.zeros((len(full), P - 1)), comp_mask], axis=1)
         old_logp = logps(params, inputs, labels)
         ref_logp = logps(ref_params, inputs, labels)
 
-        # ---- update
+        # ---- 4. Update
         batch = dict(
             inputs=inputs,
             labels=labels,
@@ -312,6 +320,7 @@ def train(args: Args) -> dict:
         params, opt_state, stats = update(params, opt_state, batch)
         loss, kl, clip_ratio, entropy = (stats[k] for k in ("grpo_loss", "kl", "clip_ratio", "entropy"))
 
+        # ---- 5. Logging and evaluation
         group_rewards = rewards.reshape(-1, G)
         zero_var = float((group_rewards.std(axis=1) == 0).mean())
         sps = int(tokens_sampled / (time.time() - start_time))
@@ -341,6 +350,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 6. Summary: the sequence KL to the reference on the test prompts
     wall_time = time.time() - start_time
     kl_to_ref, key = kl_to_reference(model, params, ref_params, test_pairs, args.digits, key)
     writer.close()
@@ -367,4 +377,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

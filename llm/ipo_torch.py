@@ -1,27 +1,13 @@
 """IPO: identity preference optimisation on preference pairs -- the PyTorch twin.
 
-Same data as llm/dpo_torch.py: the SFT policy (llm/sft_torch.py, trained first when its checkpoint is
-missing) samples K completions for each training prompt; pairs of completions the gold scorer
-(tasks.graded_score) ranks differently become preference pairs, labelled with Bradley-Terry label
-noise (llm/tasks.py); the reference log-probs are computed once, without gradient, before training.
-IPO replaces DPO's logistic loss -log sigmoid(beta * h) on the log-ratio margin
-h = log(pi / pi_ref)(chosen) - log(pi / pi_ref)(rejected) by the squared regression
-(h - 1 / (2 beta))^2: the margin is pulled to a finite target instead of pushed to infinity, so the
-KL regularisation to the reference survives pairs whose preference is deterministic.
-Paper:  Azar et al. 2023, "A General Theoretical Paradigm to Understand Learning from Human
-        Preferences", arXiv:2310.12036 (IPO); DPO: Rafailov et al. 2023, arXiv:2305.18290.
-Twin:   llm/ipo_jax.py (`diff llm/ipo_torch.py llm/ipo_jax.py` shows only the framework).
+DPO's data and log-ratio margin h = log(pi / pi_ref)(chosen) - log(pi / pi_ref)(rejected), with
+DPO's logistic loss replaced by the squared regression (h - 1 / (2 beta))^2: the margin is pulled to
+a finite target. Starts from the SFT checkpoint (llm/sft_torch.py), trained first when it is missing.
+Papers: Azar et al. 2023, "A General Theoretical Paradigm to Understand Learning from Human
+        Preferences", arXiv:2310.12036 (IPO); Rafailov et al. 2023, arXiv:2305.18290 (DPO).
+Twin:   llm/ipo_jax.py (`diff llm/ipo_torch.py llm/ipo_jax.py`: only the framework).
 Docs:   docs/algorithms/ipo.md
-
-Verified (tests/): ipo_loss against hand-computed numbers and TRL's documented formula at beta 0.1
-and 1.0 (loss 4.0 and 6.25 on worked problem 5's log-probs), the fixed point (gradient descent on the
-margin h of one deterministic pair: IPO settles at 1/(2 beta), DPO's margin keeps growing), the
-token-averaged log-probs of --average-logps, parity of ipo_loss (values and gradients) and of
-pair_logps with the JAX twin within 1e-4, a smoke run with identical figures for two runs with the
-same seed, bad input, and learning: greedy held-out accuracy at least 15 points above the SFT start
-for each of seeds 1-3 (measured, beta 0.25: torch +0.368 / +0.398 / +0.406, JAX +0.342 / +0.426 /
-+0.298; pytest -m learning; runs and the beta sweep in docs/algorithms/ipo.md).
-Reproduce: python llm/ipo_torch.py --seed 1
+Run:    python llm/ipo_torch.py --seed 1
 """
 
 import copy
@@ -49,13 +35,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """a local Hugging Face causal LM folder (local files only); empty: the tiny LM of llm/tinylm_*.py"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: default_sft_path(args) in log_dir, trained first when missing"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 2000
@@ -109,15 +95,31 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
-    if args.samples_per_prompt < 2:
-        raise ValueError(
-            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
-        )
-    if not 0.0 <= args.label_noise < 0.5:
-        raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
-    if not args.beta > 0.0:
-        raise ValueError(f"beta = {args.beta} must be > 0 (the target margin is 1 / (2 beta))")
+    """Refuse bad flags before any run directory is written or any network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("num_prompts", args.num_prompts >= 1, ">= 1"),
+        ("samples_per_prompt", args.samples_per_prompt >= 2, ">= 2 (a pair needs two completions)"),
+        ("label_noise", 0 <= args.label_noise < 0.5, "in [0, 0.5)"),
+        ("beta", args.beta > 0, "> 0 (the target margin is 1 / (2 beta))"),
+        ("epochs", args.epochs >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < 100**args.digits, "< 100 ** --digits, the number of problems"),
+        (
+            "num_prompts",
+            args.num_prompts <= 100**args.digits - args.num_test,
+            f"<= {100**args.digits - args.num_test}, the training prompts (drawn without replacement)",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
@@ -202,12 +204,12 @@ def kl_to_reference(policy, reference, pairs, digits):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: the SFT start, seeding
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(
-        device
-    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(device)  # sampling and updates run there; numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -224,7 +226,7 @@ def train(args: Args) -> dict:
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     K, C = args.samples_per_prompt, tasks.completion_len(args.digits)
 
-    # ---- preference data: K samples of the SFT policy per prompt, gold-scored, Bradley-Terry labels
+    # ---- 2. Preference data: K samples of the SFT policy per prompt, gold-scored, Bradley-Terry labels
     operands = train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)]
     prompts = tasks.encode_prompts(operands, args.digits)
     with torch.no_grad():
@@ -241,7 +243,7 @@ def train(args: Args) -> dict:
     data = {k: torch.as_tensor(v, device=device) for k, v in data.items()}
     num_pairs = len(data["chosen"])
 
-    # ---- reference log-probs, once, without gradient (the reference never changes)
+    # ---- 3. Reference: log-probs once, without gradient (the reference never changes)
     reference = copy.deepcopy(policy).requires_grad_(False)
     # (with --average-logps, per-token means for the reference too: h compares like with like)
     with torch.no_grad():
@@ -252,6 +254,7 @@ def train(args: Args) -> dict:
             reference, data["prompts"], data["rejected"], data["rejected_mask"], args.average_logps
         )
 
+    # ---- 4. Update: epochs of minibatch steps over the pairs
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate)
     with torch.no_grad():
         initial_acc = accuracy(policy, test_pairs, args.digits)
@@ -286,6 +289,7 @@ def train(args: Args) -> dict:
             optimizer.step()
             pairs_seen += len(mb)
 
+            # ---- 5. Logging
             margin = (chosen_rewards - rejected_rewards).mean().item()
             chosen_logps_curve.append((step, policy_chosen.mean().item()))
             margin_curve.append((step, margin))
@@ -315,6 +319,7 @@ def train(args: Args) -> dict:
                     file=sys.stderr,
                     flush=True,
                 )
+    # ---- 6. Summary: the change on the pair set, the KL to the reference, the run's figures
     if args.progress:
         print(file=sys.stderr)
 
@@ -365,4 +370,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,22 +1,14 @@
 """A Bradley-Terry reward model on preference pairs -- the PyTorch twin.
 
-The SFT policy (llm/sft_torch.py, trained first when its checkpoint is missing) samples K
-completions per prompt; pairs the gold verifier scores differently become preference pairs with
-Bradley-Terry label noise (llm/tasks.py). The reward model is the SFT transformer with a scalar head
-on the hidden state of the completion's last token (its <eos>), trained with the Bradley-Terry
-negative log-likelihood -log sigmoid(r(chosen) - r(rejected)). It reports pairwise accuracy on
-held-out pairs (test prompts) and the correlation between its score (the proxy) and the gold reward.
+The SFT policy (llm/sft_torch.py) samples completions; pairs the verifier scores differently become
+noisy preference pairs. The SFT transformer with a scalar head on the last completion token is
+trained on them with the Bradley-Terry loss and saved for llm/ppo_rlhf_torch.py.
 Papers: Bradley and Terry 1952, "Rank Analysis of Incomplete Block Designs"; Christiano et al. 2017,
-        arXiv:1706.03741; Ouyang et al. 2022, arXiv:2203.02155 (the reward model of RLHF).
-Twin:   llm/reward_model_jax.py (`diff llm/reward_model_torch.py llm/reward_model_jax.py` shows only the framework).
+        "Deep Reinforcement Learning from Human Preferences", arXiv:1706.03741; Ouyang et al. 2022,
+        "Training language models to follow instructions with human feedback", arXiv:2203.02155.
+Twin:   llm/reward_model_jax.py (`diff llm/reward_model_{torch,jax}.py` shows only the framework).
 Docs:   docs/algorithms/reward_model.md
-
-Verified (tests/): bradley_terry_loss against hand-computed numbers and its parity with the JAX twin
-within 1e-4, a smoke run with identical figures for two runs with the same seed, bad input, and
-learning: a held-out pairwise accuracy (against the gold preference) >= 0.8 for each of seeds 1-3
-with the defaults (pytest -m learning; runs in docs/algorithms/reward_model.md).
-The trained model is saved (save_reward_model, default_save_path) for llm/ppo_rlhf_torch.py.
-Reproduce: python llm/reward_model_torch.py --seed 1
+Run:    python llm/reward_model_torch.py --seed 1
 """
 
 import os
@@ -45,13 +37,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """local Hugging Face causal LM folder (local files only), the start instead of --sft-path"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
-    """held-out test prompts (a fixed split, disjoint from the training prompts); held-out pairs come from them"""
+    """held-out test prompts (a fixed split, disjoint from training); the held-out pairs come from them"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: log_dir/sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 8000
@@ -71,7 +63,7 @@ class Args:
     eval_every: int = 50
     """steps between two evaluations on the held-out pairs"""
     save_path: str = ""
-    """where the trained reward model is saved (.npz); empty: reward_model_<framework>_<digits>d_<num_prompts>prompts_<epochs>epochs_seed<seed>.npz in log_dir (what llm/ppo_rlhf_<framework>.py looks for); with --model: a folder, reward_model_<framework>_<model folder name>_..."""
+    """where the reward model is saved (.npz; a folder with --model); empty: default_save_path(args)"""
     log_dir: str = "runs"
     """parent folder of the TensorBoard run directory"""
     progress: bool = True
@@ -169,13 +161,31 @@ def default_save_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
-    if args.samples_per_prompt < 2:
-        raise ValueError(
-            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
-        )
-    if not 0.0 <= args.label_noise < 0.5:
-        raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    problems = 100**args.digits if args.digits >= 1 else 0  # operand pairs of the task
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("num_prompts", args.num_prompts >= 1, ">= 1"),
+        ("samples_per_prompt", args.samples_per_prompt >= 2, ">= 2, a pair needs two completions"),
+        ("label_noise", 0 <= args.label_noise < 0.5, "in [0, 0.5)"),
+        ("epochs", args.epochs >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < problems, f"< {problems}, the {args.digits}-digit problems"),
+        (
+            "num_prompts",
+            args.num_prompts <= problems - args.num_test,
+            f"<= {problems - args.num_test}, the training prompts",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
@@ -241,12 +251,13 @@ def last_index(prompt_len, completions):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: the SFT policy, run directory, seeding
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(
-        device
-    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    # Sampling and every update run on the device; the task's numpy bookkeeping stays on the host.
+    policy = policy.to(device)
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -260,6 +271,7 @@ def train(args: Args) -> dict:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
 
+    # ---- 2. Preference data: K samples of the SFT policy per prompt, gold-scored, noisy labels
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     P = tasks.prompt_len(args.digits)
     operands = train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)]
@@ -276,6 +288,7 @@ def train(args: Args) -> dict:
             ]
         return out
 
+    # ---- 3. Reward model: the SFT transformer plus a zero-initialised scalar head
     model = RewardModel(policy).to(device)  # the head joins the transformer on the device
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
     test_idx = np.arange(len(test_data["chosen"]))
@@ -300,6 +313,7 @@ def train(args: Args) -> dict:
         )
         return float((margin > 0).float().mean()), corr
 
+    # ---- 4. Training: Bradley-Terry steps over the pairs, held-out evaluations
     num_pairs = len(data["chosen"])
     steps_per_epoch = -(-num_pairs // args.batch_size)
     total_steps = args.epochs * steps_per_epoch
@@ -338,6 +352,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 5. Summary: the final evaluation and the saved reward model
     wall_time = time.time() - start_time
     test_acc, corr = evaluate()
     model_path = args.save_path or default_save_path(args)
@@ -359,4 +374,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,33 +1,14 @@
 """RLOO: REINFORCE with a leave-one-out baseline and a verifiable reward -- the JAX twin.
 
-For each training prompt the policy samples k completions; the verifier scores them (1 correct,
-0 otherwise) and a KL penalty to the SFT reference is folded into each completion's reward
-(r_i - beta * KL_i, the sequence KL from the sampling policy's log-probs, detached). Each
-completion's advantage is its reward minus the mean reward of the OTHER k - 1 completions of its
-prompt: a baseline that does not depend on the sample it is subtracted from, so the policy gradient
-stays unbiased, and no critic is learned. The update is REINFORCE on the whole completion (one
-action: the sum of its completion-token log-probs), written as the clipped sequence-level ratio
-against the sampling policy, which is exactly REINFORCE at the default of one gradient step per
-batch. Starts from the SFT checkpoint (llm/sft_jax.py), trained first when it is missing.
+k completions per prompt, scored by the verifier minus beta times the sequence KL to the SFT start;
+the advantage is a reward minus the mean of the other k - 1 (unbiased, no critic); REINFORCE on the
+whole completion (one action). Starts from the SFT checkpoint (llm/sft_jax.py; trained if missing).
 Papers: Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style Optimization for Learning
-        from Human Feedback in LLMs", arXiv:2402.14740 (RLOO for LLMs); Kool et al. 2019, "Buy 4
-        REINFORCE Samples, Get a Baseline for Free!" (ICLR 2019 workshop, the leave-one-out
-        baseline); Williams 1992 (REINFORCE).
-Twin:   llm/rloo_torch.py (`diff llm/rloo_torch.py llm/rloo_jax.py` shows only the framework).
+        from Human Feedback in LLMs", arXiv:2402.14740; Kool et al. 2019, "Buy 4 REINFORCE Samples,
+        Get a Baseline for Free!" (ICLR workshop).
+Twin:   llm/rloo_torch.py (`diff llm/rloo_torch.py llm/rloo_jax.py`: only the framework).
 Docs:   docs/algorithms/rloo.md
-
-Verified (tests/): rloo_advantages against hand-computed numbers (rewards [1, 0, 0, 0] give
-[+1, -1/3, -1/3, -1/3]; equal rewards give 0; k/(k-1) times the group-centred reward), the
-unbiasedness of the leave-one-out estimator by exact enumeration on a toy categorical policy (and
-the (k-1)/k shrinkage of a baseline that includes the sample), sequence_kl and rloo_loss's masking,
-aggregation and clipping on hand numbers in tests/unit/test_rloo.py; parity of rloo_advantages,
-sequence_kl, rloo_loss and its gradient with the PyTorch twin within 1e-4, also on one checkpoint and
-batch; a smoke run with identical figures for two runs with the same seed; bad input (k below 2,
-a checkpoint of the wrong vocabulary or context); and learning: greedy held-out accuracy at least 25
-points above the SFT start after 30 steps of 64 prompts x 8 samples (GRPO's budget) on every one of
-seeds 1-3 (pytest -m learning).
-Measured gains, seeds 1-3: torch +0.442/+0.440/+0.444, jax +0.442/+0.416/+0.416.
-Reproduce: python llm/rloo_jax.py --seed 1
+Run:    python llm/rloo_jax.py --seed 1
 """
 
 import os
@@ -55,13 +36,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """a local Hugging Face causal LM folder (local files only); empty: the tiny LM of llm/tinylm_*.py"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: default_sft_path(args) in log_dir, trained first when missing"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     total_steps: int = 30
@@ -75,11 +56,11 @@ class Args:
     learning_rate: float = 3e-4
     """Adam learning rate"""
     warmup_steps: int = 10
-    """linear learning-rate warm-up: Adam's first steps move every weight by about the full learning rate"""
+    """steps of linear learning-rate warm-up (the rate at step s is learning_rate * min(1, s / warmup))"""
     update_epochs: int = 1
     """gradient steps on each batch (1: on-policy REINFORCE, as the paper and TRL; more: the clip acts)"""
     clip_coef: float = 0.2
-    """clipping coefficient epsilon of the sequence-level ratio (inert at update_epochs 1, where the ratio is 1)"""
+    """clipping coefficient epsilon of the sequence-level ratio (inert at update_epochs 1: ratio 1)"""
     kl_coef: float = 0.05
     """weight beta of the sequence KL to the reference (SFT) policy, subtracted from the reward"""
     max_grad_norm: float = 1.0
@@ -144,21 +125,34 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
+    """Refuse bad flags before any run directory is written or any network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("prompts_per_step", args.prompts_per_step >= 1, ">= 1"),
+        ("group_size", args.group_size >= 2, ">= 2 (the leave-one-out baseline needs another sample)"),
+        ("temperature", args.temperature > 0, "> 0"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("warmup_steps", args.warmup_steps >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("kl_coef", args.kl_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < 100**args.digits, "< 100 ** --digits, the number of problems"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.model:
         raise ValueError(
             f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/rloo_torch.py; "
             "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
             "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
         )
-    if args.group_size < 2:
-        raise ValueError(
-            f"group_size = {args.group_size}: the leave-one-out baseline needs k >= 2 completions per prompt"
-        )
-    if args.temperature <= 0:
-        raise ValueError(f"temperature = {args.temperature} must be positive (RLOO samples)")
-    if args.update_epochs < 1:
-        raise ValueError(f"update_epochs = {args.update_epochs} must be at least 1")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if os.path.exists(path):
@@ -226,6 +220,8 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: the SFT start, seeding, the frozen reference, optimiser
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
@@ -291,7 +287,7 @@ def train(args: Args) -> dict:
     tokens_sampled, last_print = 0, 0.0
     start_time = time.time()
     for step in range(1, args.total_steps + 1):
-        # ---- sample k completions for each prompt and score them
+        # ---- 2. Rollout: k completions for each prompt, scored by the verifier
         pairs = np.repeat(train_pairs[rng.integers(0, len(train_pairs), args.prompts_per_step)], K, axis=0)
         prompts = jnp.asarray(tasks.encode_prompts(pairs, args.digits))
         completions, key = sample(model, params, prompts, key, C, args.temperature)
@@ -299,25 +295,26 @@ def train(args: Args) -> dict:
         comp_mask = jnp.asarray(tasks.completion_mask(np.asarray(completions)))
         tokens_sampled += int(comp_mask.sum())
 
-        # ---- inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t]
+        # Inputs, labels and the mask, aligned: labels[:, t] is predicted by logits[:, t].
         full = jnp.concatenate([prompts, completions], axis=1)
         inputs, labels = full[:, :-1], full[:, 1:]
         mask = jnp.concatenate([jnp.zeros((len(full), P - 1)), comp_mask], axis=1)
         old_logp = logps(params, inputs, labels)
         ref_logp = logps(ref_params, inputs, labels)
 
-        # ---- the KL penalty folded into the reward (detached: a number, not a gradient path), then
-        # the leave-one-out advantages within each prompt's k completions
+        # ---- 3. Advantages: the KL penalty folded into the reward (detached: a number, not a
+        # gradient path), then the leave-one-out advantages within each prompt's k completions
         seq_kl = sequence_kl(old_logp, ref_logp, mask)
         shaped = rewards - args.kl_coef * seq_kl
         advantages = rloo_advantages(shaped.reshape(-1, K)).reshape(-1)
 
-        # ---- update
+        # ---- 4. Update: update_epochs steps (one by default: on-policy REINFORCE)
         batch = dict(inputs=inputs, labels=labels, mask=mask, advantages=advantages, old_logp=old_logp)
         params, opt_state, stats = update(params, opt_state, batch)
         loss, clip_ratio, entropy = (stats[k] for k in ("rloo_loss", "clip_ratio", "entropy"))
         kl = seq_kl.sum() / mask.sum()  # per completion token, as TRL logs it
 
+        # ---- 5. Logging
         group_rewards = rewards.reshape(-1, K)
         zero_std = float((group_rewards.std(axis=1) == 0).mean())
         sps = int(tokens_sampled / (time.time() - start_time))
@@ -347,6 +344,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 6. Summary: the KL to the reference and the run's figures
     wall_time = time.time() - start_time
     kl_to_ref, key = kl_to_reference(model, params, ref_params, test_pairs, args.digits, key)
     writer.close()
@@ -373,4 +371,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

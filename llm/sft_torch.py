@@ -1,22 +1,13 @@
 """Supervised fine-tuning (here: training from scratch) on imperfect demonstrations -- the PyTorch twin.
 
 The base policy of the LLM track: a tiny causal transformer (llm/tinylm_torch.py) trained by
-next-token cross-entropy on the completion tokens of demonstrations of multi-digit addition
-(llm/tasks.py). The demonstrator forgets a carry between columns 70% of the time, so the policy
-learns its mistake too: greedy decoding answers the carry problems wrong, and the RL scripts
-(reward_model, dpo, grpo) have something to fix. Every other llm/ script starts from the checkpoint
-this script writes (a framework-neutral .npz that both twins load).
+next-token cross-entropy on the completion tokens of demonstrations of multi-digit addition, from a
+demonstrator that forgets carries. Every other llm/ script starts from the checkpoint it writes.
 Paper:  Ouyang et al. 2022, "Training language models to follow instructions with human feedback",
         arXiv:2203.02155 (SFT as the first stage of RLHF).
 Twin:   llm/sft_jax.py (`diff llm/sft_torch.py llm/sft_jax.py` shows only the framework).
 Docs:   docs/algorithms/sft.md
-
-Verified (tests/): the masked loss and sequence_logps in tests/unit/test_sft.py and
-tests/parity/test_tinylm.py (logits of the twins on one checkpoint within 1e-4), a smoke run with
-identical figures for two runs with the same seed, and learning: greedy held-out accuracy >= 0.45
-after 1500 steps (pytest -m learning, seeds 1-3; the imitated demonstrator caps greedy decoding near
-0.55, the problems without an inner carry).
-Reproduce: python llm/sft_torch.py --seed 1
+Run:    python llm/sft_torch.py --seed 1
 """
 
 import os
@@ -42,7 +33,7 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """local Hugging Face causal LM folder (local files only); empty: the tiny LM of llm/tinylm_*.py"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
@@ -68,7 +59,7 @@ class Args:
     eval_every: int = 100
     """steps between two greedy evaluations on the test prompts"""
     save_path: str = ""
-    """checkpoint file (.npz); empty: sft.npz in the run directory (with --model: a Hugging Face folder, default sft_hf)"""
+    """checkpoint (.npz; with --model a Hugging Face folder); empty: sft.npz (sft_hf) in the run directory"""
     log_dir: str = "runs"
     """parent folder of the TensorBoard run directory"""
     progress: bool = True
@@ -86,22 +77,43 @@ def sft_loss(logits, labels, completion_mask):
     return -sequence_logps(logits, labels, completion_mask).sum() / completion_mask.sum()
 
 
-# ----------------------------------------------------------------------------- evaluation
+# ----------------------------------------------------------------------------- checks and evaluation
 def check_args(args):
-    """Bad input stops here, before any run directory is written."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
-    if need > args.block_size:
-        raise ValueError(
-            f"prompts of {args.digits}-digit operands plus their answers need {need} positions; "
-            f"block_size is {args.block_size}"
-        )
-    if args.d_model % args.n_head:
-        raise ValueError(f"d_model = {args.d_model} is not divisible by n_head = {args.n_head}")
-    if not 0.0 <= args.drop_carry <= 1.0:
-        raise ValueError(f"drop_carry = {args.drop_carry} is not a probability")
-    if (
-        args.model
-    ):  # the Hugging Face model replaces the tiny LM (d_model, n_layer, n_head, block_size unused)
+    problems = 100**args.digits if args.digits >= 1 else 0  # operand pairs of the task
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("drop_carry", 0 <= args.drop_carry <= 1, "in [0, 1]"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("weight_decay", args.weight_decay >= 0, ">= 0"),
+        ("d_model", args.d_model >= 1, ">= 1"),
+        ("n_layer", args.n_layer >= 1, ">= 1"),
+        ("n_head", args.n_head >= 1, ">= 1"),
+        ("block_size", args.block_size >= 1, ">= 1"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < problems, f"< {problems}, the {args.digits}-digit problems"),
+        (
+            "n_head",
+            args.n_head >= 1 and args.d_model % args.n_head == 0,
+            f"a divisor of --d-model = {args.d_model}",
+        ),
+        (
+            "digits",
+            need <= args.block_size,
+            f"at most what --block-size {args.block_size} holds: a prompt and its answer need {need} "
+            "positions of context",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
+    # The Hugging Face model replaces the tiny LM (d_model, n_layer, n_head, block_size unused).
+    if args.model:
         hf_model.check_path(args.model, min_context=need)
 
 
@@ -120,6 +132,8 @@ def accuracy(model, pairs, digits, temperature=0.0):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: run directory, seeding, model, optimiser
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -142,9 +156,8 @@ def train(args: Args) -> dict:
         )
     else:
         model = TinyLM(tasks.VOCAB_SIZE, args.block_size, args.d_model, args.n_layer, args.n_head)
-    model = model.to(
-        device
-    )  # the model and every batch on the device; the demonstrations are made on the host
+    # The model and every batch on the device; the demonstrations are made on the host.
+    model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
     warmup = min(50, args.total_steps)
     lr_at = lambda step: (
@@ -152,6 +165,7 @@ def train(args: Args) -> dict:
         * min(step / warmup, (args.total_steps - step + 1) / (args.total_steps - warmup + 1))
     )
 
+    # ---- 2. Training: cross-entropy on fresh demonstrations, greedy evaluations
     accuracy_curve, tokens_seen, last_print = [], 0, 0.0
     start_time = time.time()
     for step in range(1, args.total_steps + 1):
@@ -188,6 +202,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 3. Save: the checkpoint, then the sampled accuracies
     wall_time = time.time() - start_time
     if args.model:  # a Hugging Face folder, what --model of the other llm/ torch scripts takes
         model_path = args.save_path or os.path.join(run_dir, "sft_hf")
@@ -204,6 +219,8 @@ def train(args: Args) -> dict:
     writer.add_scalar("charts/test_accuracy_sampled", sampled_acc, args.total_steps)
     writer.add_scalar("charts/test_accuracy_sampled_carry", sampled_carry_acc, args.total_steps)
     writer.close()
+
+    # ---- 4. Summary
     return {
         "accuracy_curve": accuracy_curve,
         "test_accuracy": accuracy_curve[-1][1],
@@ -219,4 +236,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -31,6 +31,50 @@ def load_script(relpath):
     return _cache[path]
 
 
+# Scripts not yet brought to the canonical edition (a docstring of at most 12 lines, one-line help
+# strings, a range rule for every numeric flag): their anatomy and bad-input tests must fail until they
+# are (strict xfail), and then their name comes off this list.
+NOT_YET_CANONICAL = {
+    "algos/ddpg_jax.py",
+    "algos/ddpg_torch.py",
+    "algos/dreamer_jax.py",
+    "algos/dreamer_torch.py",
+    "algos/gail_jax.py",
+    "algos/gail_torch.py",
+    "algos/maxent_irl_jax.py",
+    "algos/maxent_irl_torch.py",
+    "algos/mbpo_jax.py",
+    "algos/mbpo_torch.py",
+    "algos/pets_jax.py",
+    "algos/pets_torch.py",
+    "algos/td3_jax.py",
+    "algos/td3_torch.py",
+    "llm/kto_jax.py",
+    "llm/kto_torch.py",
+    "llm/orpo_jax.py",
+    "llm/orpo_torch.py",
+    "llm/ppo_rlhf_jax.py",
+    "llm/ppo_rlhf_torch.py",
+    "llm/prm_jax.py",
+    "llm/prm_torch.py",
+    "llm/rejection_sampling_jax.py",
+    "llm/rejection_sampling_torch.py",
+    "llm/simpo_jax.py",
+    "llm/simpo_torch.py",
+}
+
+
+def canonical_params(scripts):
+    """pytest params of `scripts`, each one in NOT_YET_CANONICAL marked as a strict expected failure."""
+    import pytest
+
+    reason = "not yet brought to the canonical edition (tests/helpers.py NOT_YET_CANONICAL)"
+    return [
+        pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=reason)) if s in NOT_YET_CANONICAL else s
+        for s in scripts
+    ]
+
+
 def twin_scripts():
     """Every algorithm script: algos/*_{torch,jax}.py and llm/*_{torch,jax}.py, substrate excluded."""
     scripts = []

@@ -1,4 +1,4 @@
-"""Tier 4 (learning), issue 13: Dyna-Q reaches the optimum in fewer real steps than Q-learning.
+"""Tier 4 (learning): Dyna-Q reaches the optimum in fewer real steps than Q-learning.
 
 The Dyna maze (Sutton & Barto figure 8.2), 20,000 real steps a run, seeds 1-10 of each twin, n = 50
 planning updates per real step against n = 0 (plain Q-learning, the same script and seed). "The
@@ -8,8 +8,8 @@ on what epsilon-greedy exploration happens to try: a greedy policy settled on th
 keeps it, with or without planning (docs/algorithms/dyna_q.md, "Real steps to the goal and to the
 optimum against n"). So each seed is a race between its two runs: Dyna-Q wins it when it walks a
 shortest path first (or Q-learning never does), Q-learning wins it the other way round, and a seed
-on which neither gets there is a tie. Asked: Dyna-Q wins more seeds than Q-learning. Measured on the
-2-core AMD EPYC (2026-12-07; docs/assets/curves/dyna_q_against_n.runs.csv has seeds 1-5):
+on which neither gets there is a tie. Asked: Dyna-Q wins more seeds than Q-learning. Measured
+(docs/assets/curves/dyna_q_against_n.runs.csv has seeds 1-5):
 torch Dyna-Q first on 7 of the 10 seeds, Q-learning on none, 3 ties; JAX Dyna-Q first on 9, Q-learning
 on none, 1 tie (seeds 6-10 of n = 0 and 50 from the same runs as this test's, made beside that sweep).
 """
@@ -50,7 +50,8 @@ def test_planning_reaches_the_optimum_in_fewer_real_steps_than_q_learning(script
     outcome = [first(*r) for r in races.values()]
     report = (
         f"real steps to a shortest path, seed: (n = 50, n = 0): {races} (None: not within {BUDGET:,}); "
-        f"Dyna-Q first on {outcome.count(1)}, Q-learning first on {outcome.count(-1)}, ties {outcome.count(0)}"
+        f"Dyna-Q first on {outcome.count(1)}, Q-learning first on {outcome.count(-1)}, "
+        f"ties {outcome.count(0)}"
     )
     print(report)
     assert outcome.count(1) > outcome.count(-1), report

@@ -1,8 +1,8 @@
 """Tier 2 for CQL: on identical inputs (with terminal steps) the twins' module-level functions (the
 tanh Jacobian, squashed samples and log-probs, the conservative penalty, both targets, the critic,
-actor, temperature and Lagrange-weight losses) and their gradients agree within 1e-5; the networks (critic, discrete
-Q network, actor) are the same function on the same weights; run_episodes gives the same returns for
-the same policy."""
+actor, temperature and Lagrange-weight losses) and their gradients agree within 1e-5; the networks
+(critic, discrete Q network, actor) are the same function on the same weights; run_episodes gives the
+same returns for the same policy."""
 
 import jax
 import jax.numpy as jnp

@@ -61,13 +61,15 @@ def test_linear_schedule_parity(twins):
         )
 
 
-def test_networks_and_loss_agree_on_the_same_weights(twins, batch):
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_networks_and_loss_agree_on_the_same_weights(twins, batch, layer_norm):
     """Same weights, same batch: the same Q-values, the same TD loss through the max target, and
-    the same gradient of the loss with respect to every weight."""
+    the same gradient of the loss with respect to every weight (the 2015 network, and with
+    --layer-norm)."""
     pt, jx = twins
     torch.manual_seed(0)
-    t_net, t_target = pt.QNetwork(4, 3), pt.QNetwork(4, 3)
-    j_net = jx.QNetwork(3)
+    t_net, t_target = pt.QNetwork(4, 3, layer_norm=layer_norm), pt.QNetwork(4, 3, layer_norm=layer_norm)
+    j_net = jx.QNetwork(3, layer_norm=layer_norm)
     params, target_params = torch_to_flax_params(t_net), torch_to_flax_params(t_target)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(128, 4)).astype(np.float32)
@@ -101,7 +103,7 @@ def test_networks_and_loss_agree_on_the_same_weights(twins, batch):
         np.testing.assert_allclose(l.weight.grad.numpy().T, np.asarray(g["kernel"]), atol=TOL, rtol=TOL)
         np.testing.assert_allclose(l.bias.grad.numpy(), np.asarray(g["bias"]), atol=TOL, rtol=TOL)
     norms = [l for l in t_net.modules() if isinstance(l, torch.nn.LayerNorm)]
-    assert len(norms) == 2  # the default network: a LayerNorm before each hidden ReLU
+    assert len(norms) == (2 if layer_norm else 0)  # --layer-norm: a LayerNorm before each hidden ReLU
     for i, l in enumerate(norms):
         g = grads["params"][f"LayerNorm_{i}"]
         np.testing.assert_allclose(l.weight.grad.numpy(), np.asarray(g["scale"]), atol=TOL, rtol=TOL)

@@ -37,11 +37,12 @@ def test_aggregate_and_gradient_parity(twins, seed):
     np.testing.assert_allclose(a.grad.numpy(), np.asarray(g_a), atol=TOL, rtol=TOL)
 
 
-def test_networks_agree_on_the_same_weights(twins):
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_networks_agree_on_the_same_weights(twins, layer_norm):
     pt, jx = twins
     torch.manual_seed(0)
-    t_net, j_net = pt.QNetwork(4, 3), jx.QNetwork(3)
-    params = torch_to_flax_params(t_net)  # trunk Dense/LayerNorm, then the heads
+    t_net, j_net = pt.QNetwork(4, 3, layer_norm=layer_norm), jx.QNetwork(3, layer_norm=layer_norm)
+    params = torch_to_flax_params(t_net)  # trunk Dense (and LayerNorm), then the heads
     obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
     np.testing.assert_allclose(
         t_net(torch.as_tensor(obs)).detach().numpy(), np.asarray(j_net.apply(params, obs)), atol=TOL, rtol=TOL

@@ -1,4 +1,4 @@
-"""Tier 2 for the value-based family's two shared changes (3-step target and LayerNorm, issue 18):
+"""Tier 2 for the value-based family's two shared options (the n-step target and LayerNorm):
 each pair's Q-networks are the same function in both twins, with and without LayerNorm (its scale
 and bias drawn at random, so a swapped or missing affine would show), and each pair's target takes
 the same per-sample discounts gamma^k in both twins."""
@@ -52,7 +52,7 @@ def test_layer_norm_normalises_the_hidden_layers():
     mean 0 and variance 1 per sample, whatever the input's scale: torch's net, checked with hooks."""
     pt, _ = twins("dqn")
     torch.manual_seed(0)
-    t_net = pt.QNetwork(4, 2)
+    t_net = pt.QNetwork(4, 2, layer_norm=True)
     seen = []
     for l in t_net.modules():
         if isinstance(l, torch.nn.LayerNorm):

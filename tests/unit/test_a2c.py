@@ -76,6 +76,6 @@ def test_continuous_env_is_refused_naming_the_right_script(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_budget_below_one_rollout_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="less than one rollout"):
+    with pytest.raises(ValueError, match="--total-timesteps must be >= one rollout"):
         m.train(m.Args(total_timesteps=10, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())

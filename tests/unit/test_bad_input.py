@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import ROOT, load_script, twin_scripts  # noqa: E402
+from helpers import NOT_YET_CANONICAL, ROOT, canonical_params, load_script, twin_scripts  # noqa: E402
 
 INT_VALUES = (0, -1)
 FLOAT_VALUES = (0.0, -1.0, 1.5, math.nan)
@@ -30,7 +30,74 @@ FLOAT_VALUES = (0.0, -1.0, 1.5, math.nan)
 # Values that a check accepts on purpose, keyed by field name: {value: reason}. A value listed here is
 # valid wherever the field appears. Keys are compared with ==, so NaN can never be listed: every float
 # rule must refuse NaN.
-VALID = {}
+POS = "any positive value is well defined"
+COEF = "a weight >= 0: 0 switches the term off"
+VALID = {
+    "seed": {0: "seed 0 is a seed"},
+    "gamma": {0.0: "a discount of 0 optimises the immediate reward"},
+    "gamma_int": {0.0: "a myopic intrinsic-return head"},
+    "gae_lambda": {0.0: "lambda 0: one-step TD advantages"},
+    "learning_rate": {1.5: POS},
+    "policy_lr": {1.5: POS},
+    "q_lr": {1.5: POS},
+    "alpha_lr": {1.5: POS},
+    "vf_learning_rate": {1.5: POS},
+    "icm_learning_rate": {1.5: POS},
+    "max_grad_norm": {1.5: "any positive gradient-norm clip"},
+    "clip_coef": {1.5: "a wide clip range: the probability ratio is positive, any epsilon > 0 is defined"},
+    "clip_high": {1.5: "a wide upper clip (DAPO's clip-higher); only > clip_low is required"},
+    "ent_coef": {0.0: COEF, 1.5: COEF},
+    "vf_coef": {0.0: COEF, 1.5: COEF},
+    "value_loss_coef": {0.0: COEF, 1.5: COEF},
+    "ext_coef": {0.0: "novelty only, no extrinsic advantage", 1.5: COEF},
+    "bonus_scale": {0.0: "the bonus off: the baseline without exploration bonus", 1.5: COEF},
+    "kl_coef": {0.0: "no KL penalty to the reference", 1.5: COEF},
+    "cql_alpha": {0.0: "no conservative penalty: offline SAC", 1.5: COEF},
+    "alpha": {0.0: "rainbow's PER exponent 0: uniform replay", 1.5: "a BC or penalty weight >= 0"},
+    "beta": {0.0: "IQL's inverse temperature 0: uniform weights (BC)", 1.5: "a temperature > 0"},
+    "beta_start": {0.0: "no importance-sampling correction at the start"},
+    "beta_decay": {0.0: "DAgger's beta 0 after the first iteration: the learner alone"},
+    "icm_beta": {0.0: "the inverse-model loss alone"},
+    "al_alpha": {0.0: "the plain target: advantage learning off"},
+    "end_e": {0.0: "a fully greedy policy after the anneal"},
+    "epsilon": {0.0: "greedy behaviour"},
+    "planning_steps": {0: "no planning: Dyna-Q becomes Q-learning"},
+    "kappa": {0.0: "kappa 0: the quantile loss without the Huber part / no exploration bonus", 1.5: POS},
+    "dataset_episodes": {0: "0 keeps every episode of the dataset"},
+    "drop_carry": {0.0: "a demonstrator that never drops a carry"},
+    "label_noise": {0.0: "noise-free preference labels"},
+    "lagrange_threshold": {
+        -1.0: "any real threshold tau of the Lagrange form",
+        0.0: "any real threshold tau of the Lagrange form",
+        1.5: "any real threshold tau of the Lagrange form",
+    },
+    "max_kl": {1.5: "a larger trust region"},
+    "cg_damping": {0.0: "undamped Fisher-vector products", 1.5: POS},
+    "max_weight": {1.5: "a lower cap on the advantage weights; only > 0 is required"},
+    "min_q_range": {1.5: "a wider floor of the value range"},
+    "pb_c_base": {1.5: POS},
+    "pb_c_init": {0.0: "PUCT's log term alone", 1.5: POS},
+    "dirichlet_alpha": {1.5: "a positive concentration"},
+    "dirichlet_fraction": {0.0: "no root noise"},
+    "noisy_std": {0.0: "noise-free linear layers", 1.5: "a larger initial noise"},
+    "prior_eps": {1.5: "a larger priority floor"},
+    "noise_clip": {0.0: "no target-policy smoothing", 1.5: "a wider smoothing clip"},
+    "policy_noise": {0.0: "no target-policy smoothing", 1.5: "larger smoothing noise"},
+    "return_scale": {0.0: "returns-to-go fed unscaled", 1.5: "any positive scale"},
+    "weight_decay": {0.0: "no weight decay", 1.5: "a coefficient >= 0"},
+    "temperature": {1.5: "sampling temperature > 0"},
+    "tol": {1.5: "a coarser stopping tolerance"},
+    "v_min": {
+        -1.0: "any support with v_min < v_max",
+        0.0: "any support with v_min < v_max",
+        1.5: "any support with v_min < v_max",
+    },
+    "v_max": {
+        -1.0: "any support with v_min < v_max",
+        0.0: "any support with v_min < v_max",
+        1.5: "any support with v_min < v_max",
+    },
+}
 
 # The same, for one script only: {script stem without _torch/_jax: {field: {value: reason}}}.
 VALID_IN = {}
@@ -106,10 +173,10 @@ def test_the_defaults_pass_their_own_checks():
     """The fuzz starts from the defaults, so they must be valid themselves."""
     for script in SCRIPTS:
         module = load_script(script)
-        module.check_args(module.Args())
+        module.check_args(module.Args())  # old or new form: the defaults must pass either
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", canonical_params(SCRIPTS))
 def test_every_bad_value_is_refused_naming_its_flag(script, fuzzed):
     refused, accepted = fuzzed(script)
     assert refused, f"{script}: no fuzzed value was refused"
@@ -123,6 +190,8 @@ def test_every_reason_is_used(fuzzed):
     """A reason that no script's check needs is stale: the check it excused has changed."""
     used = set()
     for script in SCRIPTS:
+        if script in NOT_YET_CANONICAL:
+            continue
         stem = Path(script).stem.removesuffix("_torch").removesuffix("_jax")
         for field, value in fuzzed(script)[1]:
             used.add(("*", field, value) if value in VALID.get(field, {}) else (stem, field, value))
@@ -131,7 +200,7 @@ def test_every_reason_is_used(fuzzed):
     assert listed <= used, f"stale reasons: {sorted(listed - used, key=str)}"
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", canonical_params(SCRIPTS))
 def test_the_command_line_prints_one_line_and_exits_2(script, fuzzed):
     """One bad flag on the command line: `error: <message>` alone on stderr, status 2, no traceback,
     before any environment step (the subprocess has seconds, not a training run's minutes)."""
@@ -154,7 +223,7 @@ def test_the_command_line_prints_one_line_and_exits_2(script, fuzzed):
 def counts():
     """(tried, refused, accepted by design) over every script."""
     tried = refused = accepted = 0
-    for script in SCRIPTS:
+    for script in [s for s in SCRIPTS if s not in NOT_YET_CANONICAL]:
         r, a = fuzz(script)
         tried += len(r) + len(a)
         refused += len(r)
@@ -165,6 +234,5 @@ def counts():
 if __name__ == "__main__":
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     tried, refused, accepted = counts()
-    print(
-        f"{len(SCRIPTS)} scripts: {tried} bad values tried, {refused} refused, {accepted} accepted by design"
-    )
+    n = len([s for s in SCRIPTS if s not in NOT_YET_CANONICAL])
+    print(f"{n} scripts: {tried} bad values tried, {refused} refused, {accepted} accepted by design")

@@ -89,13 +89,13 @@ def test_top_fraction_keeps_the_best_trajectories(script, tmp_path):
     "overrides, match",
     [
         (dict(dataset="pendulum-expret"), "pendulum-expert"),  # the error lists the valid names
-        (dict(dataset_episodes=-1), "dataset_episodes"),
+        (dict(dataset_episodes=-1), "--dataset-episodes"),
         (dict(dataset_episodes=10_000), "trajectories"),
-        (dict(top_fraction=0.0), "top_fraction"),
-        (dict(top_fraction=1.5), "top_fraction"),
-        (dict(total_steps=0), "total_steps"),
-        (dict(batch_size=0), "batch_size"),
-        (dict(eval_every=0), "eval_every"),
+        (dict(top_fraction=0.0), "--top-fraction"),
+        (dict(top_fraction=1.5), "--top-fraction"),
+        (dict(total_steps=0), "--total-steps"),
+        (dict(batch_size=0), "--batch-size"),
+        (dict(eval_every=0), "--eval-every"),
     ],
 )
 def test_bad_input_is_refused_before_any_run_directory(script, overrides, match, tmp_path):

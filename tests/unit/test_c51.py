@@ -1,6 +1,6 @@
 """Tier 1 for C51: the categorical projection against hand-computed cases (mass conservation,
 rewards between atoms, rewards outside [v_min, v_max], terminal transitions), the cross-entropy
-by hand, and the bad-input checks."""
+by hand, the defaults (the paper's algorithm), and the bad-input checks."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -91,6 +91,21 @@ def test_cross_entropy_by_hand(script):
     assert loss == pytest.approx(-(0.5 * np.log(0.2) + 0.5 * np.log(0.3)), abs=1e-6)
 
 
+@pytest.mark.parametrize("script", TWINS)
+def test_defaults_are_the_papers_algorithm(script):
+    # one-step target, plain MLP, constant learning rate, no advantage learning; CleanRL's CartPole
+    # support and target period (c51.py)
+    a = load_script(script).Args()
+    assert (a.n_step, a.layer_norm, a.anneal_lr, a.al_alpha) == (1, False, False, 0.0)
+    assert (a.gamma, a.n_atoms, a.v_min, a.v_max, a.target_network_frequency) == (
+        0.99,
+        51,
+        -100.0,
+        100.0,
+        500,
+    )
+
+
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("script", TWINS)
 def test_continuous_env_is_refused_naming_the_right_scripts(script, tmp_path):
@@ -104,6 +119,6 @@ def test_continuous_env_is_refused_naming_the_right_scripts(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_bad_support_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="v_min < v_max"):
+    with pytest.raises(ValueError, match="--v-max must be > --v-min"):
         m.train(m.Args(v_min=10.0, v_max=-10.0, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())

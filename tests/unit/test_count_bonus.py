@@ -1,4 +1,4 @@
-"""Tier 1 for count_bonus: worked problem NN (docs/worked_problems.md) in both twins, exact numbers:
+"""Tier 1 for count_bonus: Problem 23 of docs/worked_problems.md in both twins, exact numbers:
 the count bonus beta / sqrt(N(s)) on a tabular stream (increment, then bonus), SimHash's bits against
 sign(A x) by hand on a 2-D example, GAE and the clipped surrogate by hand; and the bad flags that
 must stop a run before any work (negative bonus scale, DeepSea size N < 1, simhash_bits < 1)."""
@@ -115,14 +115,14 @@ def test_solve_threshold(script):
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        ({"bonus_scale": -0.1}, "bonus_scale = -0.1 is negative"),
+        ({"bonus_scale": -0.1}, "--bonus-scale must be >= 0"),
         ({"env_id": "DeepSea0-v0"}, "size N = 0 must be in 1..64"),
         ({"env_id": "DeepSea-3-v0"}, "size N = -3 must be in 1..64"),
         ({"env_id": "NoisyTVDeepSea0-v0"}, "size N = 0"),
         ({"env_id": "DeepSea65-v0"}, "size N = 65"),
         ({"env_id": "NoSuchEnv-v0"}, "not a registered"),
-        ({"simhash_bits": 0}, "simhash_bits = 0"),
-        ({"num_envs": 3, "num_steps": 10}, "not divisible"),
+        ({"simhash_bits": 0}, "--simhash-bits must be >= 1"),
+        ({"num_envs": 3, "num_steps": 10}, "--num-minibatches must be a divisor"),
     ],
 )
 def test_bad_flags_stop_before_any_work(script, tmp_path, overrides, match):

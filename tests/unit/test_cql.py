@@ -1,5 +1,5 @@
 """Tier 1 for CQL: the conservative penalty on hand numbers (importance-sampled and discrete forms),
-the issue's property (0 when every sampled action is the dataset action, positive otherwise), the
+the penalty's defining property (0 when every sampled action is the dataset action, positive otherwise), the
 targets (terminals cut the bootstrap, timeouts do not), the penalty's gradient direction, bad input
 refused before a run directory is written, and the --discrete variant end to end; in both twins."""
 
@@ -247,8 +247,8 @@ def test_bad_input_is_refused(script, tmp_path):
     _refused(m, tmp_path, "--discrete", dataset="pendulum-replay", discrete=True)
     _refused(m, tmp_path, "--discrete", dataset="cartpole-replay")
     for name in ("total_steps", "batch_size", "num_sampled_actions", "eval_every", "eval_episodes"):
-        _refused(m, tmp_path, name, **{name: 0})
-    _refused(m, tmp_path, "cql_alpha", cql_alpha=-1.0)
+        _refused(m, tmp_path, "--" + name.replace("_", "-"), **{name: 0})
+    _refused(m, tmp_path, "--cql-alpha", cql_alpha=-1.0)
     _refused(m, tmp_path, "cql-lagrange", cql_alpha=0.0, cql_lagrange=True)  # log(0): nothing to tune
 
 

@@ -152,11 +152,11 @@ def test_discrete_env_and_no_baseline(script, tmp_path):
     "overrides, match",
     [
         (dict(env_id="MountainCar-v0"), "no scripted expert"),
-        (dict(iterations=0), "iterations"),
-        (dict(labels_per_iteration=0), "labels_per_iteration"),
-        (dict(gradient_steps=0), "gradient_steps"),
-        (dict(beta_decay=1.5), "beta_decay"),
-        (dict(beta_decay=-0.1), "beta_decay"),
+        (dict(iterations=0), "--iterations"),
+        (dict(labels_per_iteration=0), "--labels-per-iteration"),
+        (dict(gradient_steps=0), "--gradient-steps"),
+        (dict(beta_decay=1.5), "--beta-decay"),
+        (dict(beta_decay=-0.1), "--beta-decay"),
     ],
 )
 def test_bad_input_is_refused_before_any_run_directory(script, overrides, match, tmp_path):

@@ -94,7 +94,7 @@ def test_dynamic_sampling_fills_the_batch(script):
     sampler, state = stub_sampler([[ALL1, MIX, ALL0, ALL0], [MIX, ALL1, MIX, ALL0], [MIX] * 4])
     batch, stats = m.dynamic_sample(sampler, num_groups=3, max_rounds=8)
     np.testing.assert_array_equal(batch["id"], [1, 4, 6])
-    assert state["k"] == 2, "the third round is never drawn"
+    assert state["k"] == 2, "round 3 is never drawn"
     assert stats == {"rounds": 2, "prompts_sampled": 8, "groups_filtered": 5, "groups_topped_up": 0}
     # more informative groups than needed: cut to num_groups in sampling order
     sampler, _ = stub_sampler([[ALL1, MIX, ALL0, ALL0], [MIX, MIX, MIX, ALL0]])
@@ -138,7 +138,8 @@ def aggregate(script, per_token, mask, token_level):
 
 @pytest.mark.parametrize("script", TWINS)
 def test_token_level_against_per_sequence_mean(script):
-    # long completion: 6 tokens of loss 1..6 (sum 21, mean 3.5); short: 2 tokens of loss 10, 20 (sum 30, mean 15)
+    # long completion: 6 tokens of loss 1..6 (sum 21, mean 3.5);
+    # short: 2 tokens of loss 10, 20 (sum 30, mean 15)
     loss, g = aggregate(script, LONG_SHORT, LONG_SHORT_MASK, token_level=True)
     assert loss == pytest.approx((21 + 30) / 8, abs=1e-5)  # 6.375: every token weighs 1/8
     np.testing.assert_allclose(g, LONG_SHORT_MASK / 8, atol=1e-7)
@@ -247,13 +248,13 @@ def test_train_returns_the_comparison_keys(script, tmp_path):
 @pytest.mark.parametrize(
     "bad,match",
     [
-        (dict(group_size=1), "group_size"),
-        (dict(clip_low=1.0), "clip_low"),
-        (dict(clip_high=0.0), "clip_high"),
-        (dict(max_sampling_rounds=0), "max_sampling_rounds"),
-        (dict(max_completion_len=3), "max_completion_len"),
-        (dict(overlong_cache=3), "overlong_cache"),  # penalty from 3 tokens: hits every right answer
-        (dict(overlong_cache=0), "overlong_cache"),
+        (dict(group_size=1), "--group-size"),
+        (dict(clip_low=1.0), "--clip-low"),
+        (dict(clip_high=0.0), "--clip-high"),
+        (dict(max_sampling_rounds=0), "--max-sampling-rounds"),
+        (dict(max_completion_len=3), "--max-completion-len"),
+        (dict(overlong_cache=3), "--overlong-cache"),  # penalty from 3 tokens: hits every right answer
+        (dict(overlong_cache=0), "--overlong-cache"),
         (dict(max_completion_len=12), "context"),  # 6 + 12 positions > 16
     ],
 )

@@ -277,8 +277,8 @@ def test_evaluation_return_to_go_falls_by_each_reward(script):
         (dict(dataset="hopper-medium"), "pendulum-replay"),  # unknown: the valid names are listed
         (dict(dataset="cartpole-medium"), "bc_"),  # discrete actions: the right scripts are named
         (dict(embed_dim=30, n_head=4), "divisible"),
-        (dict(context_len=0), "context_len"),
-        (dict(return_scale=-1.0), "return_scale"),
+        (dict(context_len=0), "--context-len"),
+        (dict(return_scale=-1.0), "--return-scale"),
     ],
 )
 def test_bad_input_is_refused_before_a_run_directory(script, overrides, match, tmp_path):

@@ -65,9 +65,9 @@ def test_gradient_raises_chosen_lowers_rejected(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_bad_input_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="samples_per_prompt"):
+    with pytest.raises(ValueError, match="--samples-per-prompt"):
         m.train(m.Args(samples_per_prompt=1, log_dir=str(tmp_path), progress=False))
-    with pytest.raises(ValueError, match="label_noise"):
+    with pytest.raises(ValueError, match="--label-noise"):
         m.train(m.Args(label_noise=0.5, log_dir=str(tmp_path), progress=False))
     lm = load_script("llm/tinylm_torch.py")
     lm.save_checkpoint(lm.TinyLM(20, 16, 32, 1, 2), tmp_path / "vocab20.npz")

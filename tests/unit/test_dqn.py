@@ -93,10 +93,10 @@ def test_continuous_env_is_refused_naming_the_right_scripts(script, tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(batch_size=256, buffer_size=100), "larger than buffer_size"),
-        (dict(learning_starts=10, batch_size=128), "less than one batch"),
-        (dict(total_timesteps=500, learning_starts=1000), "leaves no training"),
-        (dict(tau=0.0), "tau"),
+        (dict(batch_size=256, buffer_size=100), "^--buffer-size must be >= --batch-size"),
+        (dict(learning_starts=10, batch_size=128), "^--learning-starts must be >= --batch-size"),
+        (dict(total_timesteps=500, learning_starts=1000), "^--total-timesteps must be > --learning-starts"),
+        (dict(tau=0.0), "^--tau must be in"),
     ],
 )
 def test_inconsistent_args_are_refused(script, tmp_path, overrides, message):

@@ -176,7 +176,7 @@ def test_grpo_loss_type_is_grpos_loss(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_group_size_below_two_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="group_size"):
+    with pytest.raises(ValueError, match="--group-size"):
         m.train(m.Args(group_size=1, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir()), "refused before any run directory was written"
 
@@ -184,7 +184,7 @@ def test_group_size_below_two_is_refused(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_unknown_loss_type_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="loss_type"):
+    with pytest.raises(ValueError, match="--loss-type"):
         m.train(m.Args(loss_type="bnpo", log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())
 

@@ -276,14 +276,14 @@ def test_changing_maze_run_reports_both_layouts(script, tmp_path):
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        (dict(planning_steps=-1), "planning_steps"),
-        (dict(learning_rate=0.0), "learning_rate"),
-        (dict(gamma=1.5), "gamma"),
-        (dict(epsilon=-0.1), "epsilon"),
-        (dict(kappa=-1.0), "kappa"),
-        (dict(total_timesteps=0), "total_timesteps"),
-        (dict(change_at=100), "change_at"),  # the Dyna maze has no second layout
-        (dict(env_id="BlockingMaze-v0", change_at=-5), "change_at"),
+        (dict(planning_steps=-1), "--planning-steps must be >= 0"),
+        (dict(learning_rate=0.0), "--learning-rate must be in"),
+        (dict(gamma=1.5), "--gamma must be in"),
+        (dict(epsilon=-0.1), "--epsilon must be in"),
+        (dict(kappa=-1.0), "--kappa must be >= 0"),
+        (dict(total_timesteps=0), "--total-timesteps must be >= 1"),
+        (dict(change_at=100), "--change-at must be unset"),  # the Dyna maze has no second layout
+        (dict(env_id="BlockingMaze-v0", change_at=-5), "--change-at must be >= 0"),
     ],
 )
 def test_bad_arguments_are_refused(script, overrides, match, tmp_path):
@@ -311,7 +311,7 @@ def test_continuous_actions_are_refused(script, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-# ----------------------------------------------------------------------------- planning pays (issue 13)
+# ----------------------------------------------------------------------------- planning pays
 @pytest.mark.parametrize("script", TWINS)
 def test_planning_reaches_the_goal_in_fewer_real_steps_than_q_learning(script, tmp_path):
     """The Dyna maze, seeds 1-3: with 50 planning updates per real step the greedy policy first leads

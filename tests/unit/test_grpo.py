@@ -94,7 +94,7 @@ def test_grpo_loss_clip_and_kl(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_group_size_below_two_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="group_size"):
+    with pytest.raises(ValueError, match="--group-size"):
         m.train(m.Args(group_size=1, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir()), "refused before any run directory was written"
 

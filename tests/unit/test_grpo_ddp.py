@@ -1,4 +1,4 @@
-"""Data-parallel GRPO (issue 17, item 2): the loss gradient and the update of 2 workers, each holding
+"""Data-parallel GRPO: the loss gradient and the update of 2 workers, each holding
 half of a fixed batch of groups, equal those of 1 worker on the concatenated batch within 1e-5.
 
 - torch: two gloo processes on localhost (a free port) wrap a tiny random TinyLM in
@@ -87,7 +87,8 @@ def torch_run(m, tinylm, data, rows, update):
     batch = dict(inputs=b["inputs"], labels=b["labels"], mask=b["mask"], advantages=b["advantages"],
                  old_logp=logp0 + b["old_offset"], ref_logp=logp0 + b["ref_offset"])
     args = replace(m.Args(), **update)
-    model = torch.nn.parallel.DistributedDataParallel(policy) if torch.distributed.is_initialized() else policy
+    ddp = torch.distributed.is_initialized()
+    model = torch.nn.parallel.DistributedDataParallel(policy) if ddp else policy
     logp = tinylm.token_logps(model(batch["inputs"]), batch["labels"], args.temperature)
     loss = m.grpo_loss(logp, batch["old_logp"], batch["ref_logp"], batch["advantages"], batch["mask"],
                        args.clip_coef, args.kl_coef)[0]
@@ -111,7 +112,8 @@ rank, world = dist.get_rank(), dist.get_world_size()
 data = dict(np.load({batch!r}))
 half = {B} // world
 grads, params = torch_run(m, tinylm, data, slice(rank * half, (rank + 1) * half), {update!r})
-np.savez({out!r}.format(rank), **{{"grad." + k: v for k, v in grads.items()}}, **{{"param." + k: v for k, v in params.items()}})
+grads = {{"grad." + k: v for k, v in grads.items()}}
+np.savez({out!r}.format(rank), **grads, **{{"param." + k: v for k, v in params.items()}})
 dist.destroy_process_group()
 """
 
@@ -233,8 +235,9 @@ args = replace(m.Args(), **{update!r})
 model = tinylm.TinyLM(**tinylm.default_config())
 params = model.init(jax.random.PRNGKey(0), np.zeros((1, 1), dtype=np.int32))
 logp0 = np.asarray(tinylm.token_logps(model.apply(params, data["inputs"]), data["labels"]))
-batch = dict(inputs=data["inputs"].astype(np.int32), labels=data["labels"].astype(np.int32), mask=data["mask"],
-             advantages=data["advantages"], old_logp=logp0 + data["old_offset"], ref_logp=logp0 + data["ref_offset"])
+batch = dict(inputs=data["inputs"].astype(np.int32), labels=data["labels"].astype(np.int32),
+             mask=data["mask"], advantages=data["advantages"],
+             old_logp=logp0 + data["old_offset"], ref_logp=logp0 + data["ref_offset"])
 optimizer = m.make_optimizer(args)
 grad_fn = jax.jit(jax.grad(lambda p, b: m.grpo_batch_loss(model, args, p, b)[0]))
 update = jax.jit(partial(m.grpo_update, model, optimizer, args))

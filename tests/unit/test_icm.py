@@ -165,15 +165,15 @@ def test_clipped_surrogate_base_by_hand(script):
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        ({"bonus_scale": -0.1}, "bonus_scale"),
+        ({"bonus_scale": -0.1}, "--bonus-scale must be >= 0"),
         ({"env_id": "DeepSea0-v0"}, "size N = 0"),
         ({"env_id": "DeepSea-3-v0"}, "size N = -3"),
         ({"env_id": "NoisyTVDeepSea65-v0"}, "size N = 65"),
-        ({"icm_beta": 1.5}, "icm_beta"),
-        ({"features": "pixels"}, "features"),
-        ({"feature_dim": 0}, "feature_dim"),
-        ({"num_minibatches": 3}, "divisible"),
-        ({"total_timesteps": 100}, "less than one rollout"),
+        ({"icm_beta": 1.5}, "--icm-beta must be in"),
+        ({"features": "pixels"}, "--features 'pixels' is unknown"),
+        ({"feature_dim": 0}, "--feature-dim must be >= 1"),
+        ({"num_minibatches": 3}, "--num-minibatches must be a divisor"),
+        ({"total_timesteps": 100}, "--total-timesteps must be >= one rollout"),
     ],
 )
 def test_bad_input_is_refused_before_any_run_directory(script, overrides, match, tmp_path):

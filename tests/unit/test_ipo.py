@@ -46,7 +46,8 @@ def test_ipo_loss_on_hand_numbers_at_two_betas(script):
         assert loss == pytest.approx(trl_ipo([-10.0], [-9.0], [-12.0], [-8.0], beta), abs=1e-5)
         assert c[0] == pytest.approx(rc_want, abs=1e-6) and r[0] == pytest.approx(rr_want, abs=1e-6)
     # A batch of two: add a pair where policy = reference (h = 0), the start of every run.
-    # beta 0.1: (0 - 5)^2 = 25, mean (4 + 25) / 2 = 14.5.  beta 1.0: (0 - 0.5)^2 = 0.25, mean (6.25 + 0.25) / 2 = 3.25.
+    # beta 0.1: (0 - 5)^2 = 25, mean (4 + 25) / 2 = 14.5.
+    # beta 1.0: (0 - 0.5)^2 = 0.25, mean (6.25 + 0.25) / 2 = 3.25.
     batch = ([-10.0, -3.0], [-9.0, -7.0], [-12.0, -3.0], [-8.0, -7.0])
     for beta, want in ((0.1, 14.5), (1.0, 3.25)):
         loss = ipo(script, *batch, beta)[0]
@@ -126,7 +127,8 @@ def test_fixed_point_deterministic_preference(script):
     # on h alone. IPO: d/dh (h - 1)^2 = 2 (h - 1), each step shrinks h - 1 by (1 - 0.2) = 0.8, so
     # h -> 1 / (2 beta) = 1 exactly. DPO: d/dh -log sigmoid(h / 2) = -sigmoid(-h / 2) / 2 is never 0:
     # h keeps growing, like (1 / beta) ln(beta^2 * lr * steps) = 2 ln 50 = 7.8 (measured 7.71 at
-    # 2,000 steps, 6.26 at 1,000; its gradient there is still -sigmoid(-3.85) / 2 = -0.0104): the optimum is at h = infinity.
+    # 2,000 steps, 6.26 at 1,000; its gradient there is still -sigmoid(-3.85) / 2 = -0.0104): the
+    # optimum is at h = infinity.
     beta = 0.5
     h_half, h_end = descend_on_h(script, "ipo_loss", beta)
     assert h_half == pytest.approx(1 / (2 * beta), abs=1e-5) and h_end == pytest.approx(1.0, abs=1e-5)
@@ -176,11 +178,11 @@ def test_pair_logps_average_divides_by_completion_tokens(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_bad_input_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="samples_per_prompt"):
+    with pytest.raises(ValueError, match="--samples-per-prompt"):
         m.train(m.Args(samples_per_prompt=1, log_dir=str(tmp_path), progress=False))
-    with pytest.raises(ValueError, match="label_noise"):
+    with pytest.raises(ValueError, match="--label-noise"):
         m.train(m.Args(label_noise=0.5, log_dir=str(tmp_path), progress=False))
-    with pytest.raises(ValueError, match="beta"):
+    with pytest.raises(ValueError, match="--beta"):
         m.train(m.Args(beta=0.0, log_dir=str(tmp_path), progress=False))
     lm = load_script("llm/tinylm_torch.py")
     lm.save_checkpoint(lm.TinyLM(20, 16, 32, 1, 2), tmp_path / "vocab20.npz")

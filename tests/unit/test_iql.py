@@ -84,7 +84,8 @@ def test_expectile_half_is_the_mean_and_near_one_the_max(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_advantage_weights_are_clamped_and_constant_to_the_gradient(script):
     m, c = load_script(script), conv(script)
-    # beta 3: exp(-3) = 0.049787, exp(0) = 1, exp(3) = 20.085537, exp(6) = 403.4 -> 100, exp(3000) = inf -> 100
+    # beta 3: exp(-3) = 0.049787, exp(0) = 1, exp(3) = 20.085537, exp(6) = 403.4 -> 100,
+    # exp(3000) = inf -> 100
     adv = [-1.0, 0.0, 1.0, 2.0, 1000.0]
     w = np.asarray(m.advantage_weights(c(adv), 3.0, 100.0))
     np.testing.assert_allclose(w, [0.049787, 1.0, 20.085537, 100.0, 100.0], rtol=1e-5)
@@ -179,15 +180,15 @@ def test_discrete_dataset_is_refused_naming_cql_discrete(script, tmp_path):
     "bad, match",
     [
         (dict(dataset="hopper-medium"), "pointmaze-stitch"),
-        (dict(total_steps=-1), "total_steps"),
-        (dict(batch_size=0), "batch_size"),
-        (dict(eval_every=0), "eval_every"),
-        (dict(eval_episodes=0), "eval_episodes"),
-        (dict(expectile=1.0), "expectile"),
-        (dict(expectile=0.0), "expectile"),
-        (dict(beta=-1.0), "beta"),
-        (dict(max_weight=0.0), "max_weight"),
-        (dict(gamma=1.5), "gamma"),
+        (dict(total_steps=-1), "--total-steps"),
+        (dict(batch_size=0), "--batch-size"),
+        (dict(eval_every=0), "--eval-every"),
+        (dict(eval_episodes=0), "--eval-episodes"),
+        (dict(expectile=1.0), "--expectile"),
+        (dict(expectile=0.0), "--expectile"),
+        (dict(beta=-1.0), "--beta"),
+        (dict(max_weight=0.0), "--max-weight"),
+        (dict(gamma=1.5), "--gamma"),
     ],
 )
 def test_bad_input_is_refused_before_a_run_directory(script, bad, match, tmp_path):

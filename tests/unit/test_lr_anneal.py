@@ -1,7 +1,8 @@
-"""The value-based scripts anneal the learning rate linearly to 0 over the run's gradient steps
-(`anneal_lr`). The schedule's length is `count_gradient_steps`; if it were wrong, the step size
-would either stop short of 0 or go negative at the end of a run. Checked against a brute-force
-count of the training loop's own condition, and against the number of updates a real run takes."""
+"""With `--anneal-lr` the value-based scripts decay the learning rate linearly to 0 over the run's
+gradient steps (off by default in DQN, Double DQN, Dueling DQN and PER). The schedule's length is
+`count_gradient_steps`; if it were wrong, the step size would either stop short of 0 or go negative
+at the end of a run. Checked against a brute-force count of the training loop's own condition, and
+against the number of updates a real run takes."""
 
 import pytest
 
@@ -40,7 +41,12 @@ def test_count_gradient_steps_matches_the_loop(script):
 def test_a_run_takes_exactly_that_many_updates(script, tmp_path):
     m = load_script(script)
     overrides = dict(
-        m.SMOKE_ARGS, total_timesteps=1_200, learning_starts=1_001, num_envs=2, train_frequency=3
+        m.SMOKE_ARGS,
+        total_timesteps=1_200,
+        learning_starts=1_001,
+        num_envs=2,
+        train_frequency=3,
+        anneal_lr=True,
     )
     summary = run_train(script, tmp_path, seed=1, **overrides)
     expected = m.count_gradient_steps(1_200, 2, 1_001, 3)

@@ -40,7 +40,8 @@ def test_h_by_hand_and_round_trip(script):
 def test_two_hot_support_by_hand(script):
     m, c = load_script(script), conv(script)
     probs = np.asarray(m.scalar_to_support(c([3.0, -8.0, 0.0]), 2))  # atoms -2, -1, 0, 1, 2
-    # h(3) = 1.003: 0.997 on atom 1, 0.003 on atom 2 (mean 1.003); h(-8) = -2.008 clips to atom -2; 0 on atom 0
+    # h(3) = 1.003: 0.997 on atom 1, 0.003 on atom 2 (mean 1.003); h(-8) = -2.008 clips to atom -2;
+    # 0 on atom 0
     np.testing.assert_allclose(probs, [[0, 0, 0, 0.997, 0.003], [1, 0, 0, 0, 0], [0, 0, 1, 0, 0]], atol=1e-6)
     # and back: the expected atom of the two-hot distribution, through h_inv
     x = c([3.0, -2.5, 0.7])
@@ -54,7 +55,8 @@ def test_n_step_targets_by_hand(script):
     m, c = load_script(script), conv(script)
     ones, values = c([[1.0, 1.0, 1.0]]), c([[10.0, 20.0, 30.0, 40.0]])
     zero, end = c([[0.0, 0.0, 0.0]]), c([[0.0, 1.0, 0.0]])
-    # K = 1, n = 2, gamma = 0.5, no episode end: z_0 = 1 + 0.5 + 0.25 * 30 = 9; z_1 = 1 + 0.5 + 0.25 * 40 = 11.5
+    # K = 1, n = 2, gamma = 0.5, no episode end: z_0 = 1 + 0.5 + 0.25 * 30 = 9;
+    # z_1 = 1 + 0.5 + 0.25 * 40 = 11.5
     z, r, alive, vmask, rmask = m.n_step_targets(ones, values, zero, zero, zero, 0.5, 2, 1)
     np.testing.assert_allclose(np.asarray(z), [[9.0, 11.5]])
     np.testing.assert_allclose(np.asarray(r), [[1.0]])
@@ -66,7 +68,8 @@ def test_n_step_targets_by_hand(script):
     z, *_ = m.n_step_targets(ones, values, zero, end, boot, 0.5, 2, 1)
     np.testing.assert_allclose(np.asarray(z), [[3.5, 5.0]])
     # K = 2, n = 1: position 2 lies past the end. After the truncation it is masked (value_mask 0);
-    # after the termination it is the absorbing state: value target 0, value_mask 1; the policy mask 0 both times
+    # after the termination it is the absorbing state: value target 0, value_mask 1; the policy mask 0
+    # both times
     z, r, alive, vmask, rmask = m.n_step_targets(ones, values, zero, end, boot, 0.5, 1, 2)
     np.testing.assert_allclose(np.asarray(z), [[11.0, 5.0, 0.0]])
     np.testing.assert_allclose(np.asarray(alive), [[1, 1, 0]])
@@ -85,7 +88,8 @@ def test_puct_scores_by_hand(script):
     m = load_script(script)
     f32 = lambda x: np.asarray(x, dtype=np.float32)
     # N = 3: c = 1.25 + log((3 + 19652 + 1) / 19652) = 1.2502035; sqrt(3) c = 2.1654128
-    # child 0: 0.5 + 2.1654128 * 0.6 / (1 + 2) = 0.9330832; child 1 (unvisited): 0 + 2.1654128 * 0.4 / 1 = 0.8661664
+    # child 0: 0.5 + 2.1654128 * 0.6 / (1 + 2) = 0.9330832;
+    # child 1 (unvisited): 0 + 2.1654128 * 0.4 / 1 = 0.8661664
     scores = m.puct_scores(f32([[0.6, 0.4]]), f32([[2.0, 0.0]]), f32([[0.5, 0.0]]), f32([3.0]), 1.25, 19652.0)
     np.testing.assert_allclose(np.asarray(scores), [[0.9330832, 0.8661664]], atol=1e-6)
     # min-max: Q = (3, 5, -) in a tree whose visited Q run from 2 to 6: (3-2)/4, (5-2)/4, unvisited 0
@@ -166,8 +170,9 @@ def test_mcts_with_a_perfect_model_sees_past_the_bait(script):
             jax.random.PRNGKey(0),
         )
     # 50 simulations: action 0 gets the first (a tie), the bait the next 13 (Q = 1 against 0 until the
-    # search looks below action 0 and finds its 5), action 0 every later one. Both twins (our MCTS, mctx with min_max_qtransform) give
-    # exactly (37, 13) and the root value 3.490196 (a running mean of every backup, the root's 0 included).
+    # search looks below action 0 and finds its 5), action 0 every later one. Both twins (our MCTS,
+    # mctx with min_max_qtransform) give exactly (37, 13) and the root value 3.490196 (a running mean
+    # of every backup, the root's 0 included).
     visits = np.asarray(visits)
     np.testing.assert_array_equal(visits, [[37, 13], [37, 13]])
     assert (visits.argmax(-1) == 0).all()  # action 0: return 5, not the bait's 1
@@ -228,9 +233,9 @@ def test_scaled_envs_scale_every_observation_and_the_final_one(script):
     "override, match",
     [
         (dict(env_id="Pendulum-v1"), "pets"),
-        (dict(num_simulations=0), "num_simulations"),
-        (dict(unroll_steps=0), "unroll_steps"),
-        (dict(td_steps=0), "td_steps"),
+        (dict(num_simulations=0), "--num-simulations must be >= 1"),
+        (dict(unroll_steps=0), "--unroll-steps must be >= 1"),
+        (dict(td_steps=0), "--td-steps must be >= 1"),
     ],
 )
 def test_bad_input_stops_before_any_work(script, override, match, tmp_path):

@@ -83,6 +83,6 @@ def test_continuous_env_is_refused_naming_the_right_scripts(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_bad_priority_settings_are_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="beta_start"):
+    with pytest.raises(ValueError, match="^--beta-start must be in"):
         m.train(m.Args(beta_start=1.5, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())

@@ -76,6 +76,6 @@ def test_discrete_env_is_refused_naming_the_right_script(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_minibatches_must_divide_the_batch(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="not divisible"):
+    with pytest.raises(ValueError, match="--num-minibatches must be a divisor"):
         m.train(m.Args(num_envs=3, num_steps=10, num_minibatches=4, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())

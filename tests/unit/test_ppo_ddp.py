@@ -1,4 +1,4 @@
-"""Data-parallel PPO (issue 17, item 2): the 2-worker update equals the 1-worker update on the
+"""Data-parallel PPO: the 2-worker update equals the 1-worker update on the
 concatenated batch within 1e-5, in both twins.
 
 - torch: two gloo processes on localhost (a free port), each holding half of a fixed batch, run
@@ -84,7 +84,9 @@ torch.manual_seed(0)  # (DDP broadcasts rank 0's parameters anyway)
 agent = m.Agent({obs_dim}, {num_actions})
 model = torch.nn.parallel.DistributedDataParallel(agent)
 optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-minibatches = m.draw_minibatches(torch.Generator().manual_seed(7), half, args.num_minibatches, args.update_epochs)
+minibatches = m.draw_minibatches(
+    torch.Generator().manual_seed(7), half, args.num_minibatches, args.update_epochs
+)
 m.ppo_update(model, optimizer, batch, minibatches, args)
 np.savez({out!r}.format(rank), **{{k: v.detach().numpy() for k, v in agent.state_dict().items()}})
 dist.destroy_process_group()
@@ -180,7 +182,7 @@ def test_torch_normalize_advantages_without_a_process_group_is_the_minibatch_nor
 @pytest.mark.parametrize("script", [TORCH, JAX])
 def test_bad_input_stops_before_work(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="not divisible"):
+    with pytest.raises(ValueError, match="--num-minibatches must be a divisor"):
         m.train(replace(m.Args(), num_envs=3, num_steps=5, num_minibatches=4, log_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="Discrete actions"):
         m.train(replace(m.Args(), env_id="Pendulum-v1", log_dir=str(tmp_path)))

@@ -89,6 +89,6 @@ def test_continuous_actions_are_refused(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_robbins_monro_power_out_of_range_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="lr_power"):
+    with pytest.raises(ValueError, match=r"--lr-power must be in \(0.5, 1\]"):
         m.train(m.Args(robbins_monro=True, lr_power=0.4, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())

@@ -1,6 +1,6 @@
 """Tier 1 for QR-DQN: the quantile fractions, the quantile Huber loss by hand, its minimiser (a
 fitted set of quantiles of a fixed discrete distribution converges to the true quantiles), and
-the bad-input checks."""
+the defaults (the paper's algorithm), and the bad-input checks."""
 
 import jax
 import jax.numpy as jnp
@@ -83,6 +83,14 @@ def test_fitted_quantiles_converge_to_the_true_ones(script, kappa, tol):
             pred = pred - 0.5 * (1 - k / steps) * grad(pred)
         fitted = np.asarray(pred)[0]
     np.testing.assert_allclose(fitted, TRUE_QUANTILES, atol=tol)
+
+
+@pytest.mark.parametrize("script", TWINS)
+def test_defaults_are_the_papers_algorithm(script):
+    # one-step target, plain MLP, constant learning rate, no advantage learning, DQN's discount
+    a = load_script(script).Args()
+    assert (a.n_step, a.layer_norm, a.anneal_lr, a.al_alpha) == (1, False, False, 0.0)
+    assert (a.gamma, a.kappa, a.target_network_frequency) == (0.99, 1.0, 500)
 
 
 @pytest.mark.parametrize("script", TWINS)

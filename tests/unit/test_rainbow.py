@@ -100,6 +100,6 @@ def test_continuous_env_is_refused_naming_the_right_scripts(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_bad_n_step_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="n_step"):
+    with pytest.raises(ValueError, match="--n-step must be >= 1"):
         m.train(m.Args(n_step=0, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())

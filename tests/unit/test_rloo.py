@@ -240,9 +240,9 @@ def test_train_returns_the_llm_summary(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_group_size_below_two_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="group_size"):
+    with pytest.raises(ValueError, match="--group-size"):
         m.train(m.Args(group_size=1, log_dir=str(tmp_path), progress=False))
-    with pytest.raises(ValueError, match="update_epochs"):
+    with pytest.raises(ValueError, match="--update-epochs"):
         m.train(m.Args(update_epochs=0, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir()), "refused before any run directory was written"
 

@@ -215,7 +215,7 @@ def test_per_head_without_norm_adv_is_refused(script, tmp_path):
 
 @pytest.mark.parametrize("script", TWINS)
 def test_negative_bonus_scale_is_refused(script, tmp_path):
-    refused(script, tmp_path, "bonus_scale", bonus_scale=-0.5)
+    refused(script, tmp_path, "--bonus-scale must be >= 0", bonus_scale=-0.5)
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -226,8 +226,8 @@ def test_deep_sea_size_out_of_range_is_refused(script, tmp_path, env_id):
 
 @pytest.mark.parametrize("script", TWINS)
 def test_update_proportion_outside_0_1_is_refused(script, tmp_path):
-    refused(script, tmp_path, "update_proportion", update_proportion=0.0)
-    refused(script, tmp_path, "update_proportion", update_proportion=1.5)
+    refused(script, tmp_path, "--update-proportion must be in", update_proportion=0.0)
+    refused(script, tmp_path, "--update-proportion must be in", update_proportion=1.5)
 
 
 @pytest.mark.parametrize("script", TWINS)
@@ -238,4 +238,6 @@ def test_continuous_env_is_refused_naming_the_right_script(script, tmp_path):
 
 @pytest.mark.parametrize("script", TWINS)
 def test_minibatches_must_divide_the_batch(script, tmp_path):
-    refused(script, tmp_path, "not divisible", num_envs=3, num_steps=10, num_minibatches=4)
+    refused(
+        script, tmp_path, "--num-minibatches must be a divisor", num_envs=3, num_steps=10, num_minibatches=4
+    )

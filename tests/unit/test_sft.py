@@ -24,10 +24,10 @@ def test_sft_loss_is_cross_entropy_on_completion_tokens(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_bad_input_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="block_size"):
+    with pytest.raises(ValueError, match="--digits must be at most what --block-size 12 holds"):
         m.train(m.Args(digits=4, block_size=12, log_dir=str(tmp_path), progress=False))
-    with pytest.raises(ValueError, match="n_head"):
+    with pytest.raises(ValueError, match="--n-head must be a divisor"):
         m.train(m.Args(d_model=30, n_head=4, log_dir=str(tmp_path), progress=False))
-    with pytest.raises(ValueError, match="drop_carry"):
+    with pytest.raises(ValueError, match="--drop-carry"):
         m.train(m.Args(drop_carry=1.5, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())

@@ -63,7 +63,8 @@ def test_actor_loss_gradients_by_hand(script):
 
 @pytest.mark.parametrize("script", TWINS)
 def test_lambda_makes_alpha_scale_free(script):
-    """Q * 100 (rewards 100 times larger): lambda / 100, so the Q term and the gradient through pi are unchanged."""
+    """Q * 100 (rewards 100 times larger): lambda / 100, so the Q term and the gradient through pi are
+    unchanged."""
     m, c = load_script(script), conv(script)
     q = np.array(Q, dtype=np.float32)
     for scale in (0.01, 100.0):
@@ -102,7 +103,8 @@ def test_prepare_dataset_normalises_and_bootstraps_through_timeouts(script):
     np.testing.assert_allclose(arrays["obs"][:, 1], 0.0, atol=1e-6)
     np.testing.assert_allclose(arrays["next_obs"][:, 0], [2 / 1.633993, 0.0, -2 / 1.633993], atol=1e-5)
     np.testing.assert_array_equal(arrays["terminals"], [0.0, 1.0, 0.0])
-    # targets, gamma 0.9, min(Q1', Q2') = [4, -2, 6]: 1 + 0.9 * 4 = 4.6; terminal: 0.5; timeout: 2 + 0.9 * 6 = 7.4
+    # targets, gamma 0.9, min(Q1', Q2') = [4, -2, 6]: 1 + 0.9 * 4 = 4.6; terminal: 0.5;
+    # timeout: 2 + 0.9 * 6 = 7.4
     target = m.td3_target(
         c(arrays["rewards"]), c(arrays["terminals"]), c([5.0, -2.0, 7.0]), c([4.0, 3.0, 6.0]), 0.9
     )
@@ -112,7 +114,8 @@ def test_prepare_dataset_normalises_and_bootstraps_through_timeouts(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_target_smoothing_is_clipped_and_stays_in_bounds(script):
     m, c = load_script(script), conv(script)
-    # Box [-2, 2] x [0, 1]: scale (2, 0.5). noise 0.3 -> 0.6; 0.9 clipped to 0.5 -> 1.0; -0.9 -> -0.25; 1.15 -> 1
+    # Box [-2, 2] x [0, 1]: scale (2, 0.5). noise 0.3 -> 0.6; 0.9 clipped to 0.5 -> 1.0; -0.9 -> -0.25;
+    # 1.15 -> 1
     out = m.smoothed_target_actions(
         c([[0.5, 0.9], [1.5, 0.2], [0.0, 0.9]]),
         c([[0.3, 0.5], [0.9, -0.9], [-0.1, 0.5]]),
@@ -159,11 +162,11 @@ def test_discrete_dataset_is_refused_naming_cql_discrete(script, tmp_path):
     "bad, match",
     [
         (dict(dataset="hopper-medium"), "pendulum-medium"),
-        (dict(total_steps=-1), "total_steps"),
-        (dict(batch_size=0), "batch_size"),
-        (dict(eval_every=0), "eval_every"),
-        (dict(alpha=0.0), "alpha"),
-        (dict(gamma=1.5), "gamma"),
+        (dict(total_steps=-1), "--total-steps"),
+        (dict(batch_size=0), "--batch-size"),
+        (dict(eval_every=0), "--eval-every"),
+        (dict(alpha=0.0), "--alpha"),
+        (dict(gamma=1.5), "--gamma"),
     ],
 )
 def test_bad_input_is_refused_before_a_run_directory(script, bad, match, tmp_path):

@@ -128,6 +128,6 @@ def test_continuous_env_is_refused_naming_the_right_script(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_nonpositive_trust_region_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="max_kl"):
+    with pytest.raises(ValueError, match="--max-kl must be > 0"):
         m.train(m.Args(max_kl=0.0, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())

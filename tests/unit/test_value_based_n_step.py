@@ -1,5 +1,6 @@
-"""Tier 1 for the value-based family's multi-step target (issue 18, item 4): the 3-step target of
-Rainbow is the default of every pair, `--n-step 1` the one-step target of the 2015 DQN.
+"""Tier 1 for the value-based family's multi-step target (`--n-step`): DQN, Double DQN, Dueling DQN
+and PER default to the one-step target of the 2015 DQN (n = 1, `--n-step 3` their tuned recipe's),
+C51 and QR-DQN to Rainbow's 3-step target.
 
 By hand: n_step_transition folds a window (termination and truncation inside it) exactly as
 R = sum_t gamma^t r_t with the discount gamma^k; each pair's target uses per-sample discounts.
@@ -25,17 +26,25 @@ if SHORT_CARTPOLE not in gym.registry:
     )
 
 
+# the 2015 DQN family: one-step target, no LayerNorm, gamma 0.99, no advantage learning, constant step
+SCALAR_PAIRS = ("dqn", "double_dqn", "dueling_dqn", "per_dqn")
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_n_step_defaults(script):
     args = load_script(script).Args()
-    assert args.n_step == 3 and args.layer_norm is True
-    assert (
-        args.gamma == 0.998
-    )  # a horizon of ~500 steps, the episode's length (docs/algorithms/dqn.md, the seventh round)
+    if script.split("/")[1].rsplit("_", 1)[0] in SCALAR_PAIRS:
+        assert args.n_step == 1 and args.layer_norm is False and args.gamma == 0.99
+        assert args.al_alpha == 0.0 and args.anneal_lr is False
+    else:
+        assert args.n_step == 3 and args.layer_norm is True
+        assert (
+            args.gamma == 0.998
+        )  # a horizon of about 500 steps, the episode's length (docs/algorithms/dqn.md)
     if "c51" in script:
         # the support must hold CartPole's values: +1 a step, at most 1 / (1 - gamma) = 500
         assert args.v_min < 0.0 and args.v_max >= 1.0 / (1.0 - args.gamma) - 1e-9
-    # C51 refreshes its target every 100 steps, the others every 500 (docs/algorithms/dqn.md, the ninth round)
+    # C51 refreshes its target every 100 steps, the others every 500 (docs/algorithms/dqn.md)
     assert args.target_network_frequency == (100 if "c51" in script else 500)
 
 
@@ -81,7 +90,8 @@ def test_projection_with_per_sample_discounts_by_hand(script):
     m, c = load_script(script), conv(script)
     atoms = c([-10.0, -5.0, 0.0, 5.0, 10.0])
     probs = c([[0, 0, 0, 1, 0], [0, 0, 0, 1, 0]])
-    # z = 5 with discount 0.81, r = 0: 4.05 -> 0.19 at 0, 0.81 at 5; discount 0.9, r = 1: 5.5 -> 0.9 at 5, 0.1 at 10
+    # z = 5 with discount 0.81, r = 0: 4.05 -> 0.19 at 0, 0.81 at 5;
+    # discount 0.9, r = 1: 5.5 -> 0.9 at 5, 0.1 at 10
     out = np.asarray(m.categorical_projection(probs, c([0.0, 1.0]), c([0.0, 0.0]), c([0.81, 0.9]), atoms))
     np.testing.assert_allclose(out, [[0, 0, 0.19, 0.81, 0], [0, 0, 0, 0.9, 0.1]], atol=1e-6)
 
@@ -158,5 +168,5 @@ def test_the_training_loop_stores_n_step_windows(script, n_step, tmp_path, monke
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_bad_n_step_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="n_step"):
+    with pytest.raises(ValueError, match="n[-_]step"):
         m.train(m.Args(n_step=0, log_dir=str(tmp_path), progress=False))

@@ -114,6 +114,6 @@ def test_env_without_a_model_is_refused(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_gamma_one_is_refused(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="gamma"):
+    with pytest.raises(ValueError, match=r"--gamma must be in \[0, 1\)"):
         m.train(m.Args(gamma=1.0, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())
