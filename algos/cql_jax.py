@@ -450,9 +450,8 @@ def train(args: Args) -> dict:
         q_updates, q_opt = q_optimizer.update(q_grads, state["q_opt"])
         qf_params = optax.apply_updates(state["params"]["qf"], q_updates)
         log_cql_alpha, cql_alpha_opt = tune_penalty_weight(state, step_losses)
-        qf_target = optax.incremental_update(
-            qf_params, state["qf_target"], args.tau
-        )  # target += tau * (online - target)
+        # target += tau * (online - target)
+        qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)
         return {
             "params": {"qf": qf_params},
             "qf_target": qf_target,
@@ -524,9 +523,8 @@ def train(args: Args) -> dict:
             alpha_opt = state["alpha_opt"]
         step_losses.update(actor_loss=actor_loss, alpha=alpha, alpha_loss=alpha_loss)
 
-        qf_target = optax.incremental_update(
-            qf_params, state["qf_target"], args.tau
-        )  # target += tau * (online - target)
+        # target += tau * (online - target)
+        qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)
         return {
             "params": {"actor": actor_params, "qf": qf_params},
             "qf_target": qf_target,
@@ -572,7 +570,7 @@ def train(args: Args) -> dict:
         step = stop
 
         if step % LOG_EVERY == 0 or step == args.total_steps:
-            losses = {name: float(value) for name, value in step_losses.items()}
+            losses = {name: value.item() for name, value in step_losses.items()}
             sps = int(step / (time.time() - start_time))
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, step)

@@ -534,7 +534,7 @@ def train(args: Args) -> dict:
         step_losses = (discrete_step if args.discrete else continuous_step)(batch)
 
         if step % LOG_EVERY == 0 or step == args.total_steps:
-            losses = {name: float(value) for name, value in step_losses.items()}
+            losses = {name: value.item() for name, value in step_losses.items()}
             sps = int(step / (time.time() - start_time))
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, step)

@@ -1,18 +1,12 @@
 """DDPG: deep deterministic policy gradient, continuous actions -- the PyTorch twin.
 
+Off-policy deterministic actor-critic: the critic regresses one-step targets from slowly
+tracking target networks, and the actor ascends the critic's slope in the action.
 Papers: Lillicrap et al. 2015, "Continuous control with deep reinforcement learning",
         arXiv:1509.02971; Silver et al. 2014, "Deterministic Policy Gradient Algorithms" (ICML).
 Twin:   algos/ddpg_jax.py (`diff algos/ddpg_torch.py algos/ddpg_jax.py` shows only the framework).
 Docs:   docs/algorithms/ddpg.md
-
-Verified (tests/): ddpg_target against hand-computed numbers (termination vs truncation), action
-bounds of the actor for a Box that is not [-1, 1], parity with the JAX twin within 1e-5
-(targets, losses, gradients, networks on the same weights), a smoke run and bit-identical curves
-for two runs with the same seed. The stored s' at a truncation
-is the true final observation (tests/unit/test_replay_final_obs.py), and learning (pytest -m learning):
-on Pendulum-v1 at 30k steps the 10-episode means of seeds 1-3 were -170.9 / -120.1 / -196.4; registered as
->= -250 on every seed. final_mean_return here is the mean of the last 10 episodes.
-Reproduce: python algos/ddpg_torch.py --seed 1
+Run:    python algos/ddpg_torch.py --seed 1
 """
 
 import os
@@ -36,9 +30,9 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
-    """gymnasium environment id (Box actions with finite bounds)"""
+    """gymnasium environment id (Box actions with finite bounds; CleanRL: Hopper-v4)"""
     total_timesteps: int = 30_000
-    """total environment steps"""
+    """total environment steps (CleanRL: 1M)"""
     buffer_size: int = 1_000_000
     """replay buffer capacity (capped at total_timesteps)"""
     gamma: float = 0.99
@@ -48,7 +42,7 @@ class Args:
     batch_size: int = 256
     """transitions per gradient step, drawn uniformly from the replay buffer"""
     learning_starts: int = 5_000
-    """warm-up: uniformly random actions and no update for this many steps"""
+    """warm-up: uniformly random actions and no update for this many steps (CleanRL: 25k)"""
     learning_rate: float = 3e-4
     """Adam learning rate of the actor and of the critic"""
     exploration_noise: float = 0.1
@@ -158,25 +152,36 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.learning_starts >= args.total_timesteps:
-        raise ValueError(
-            f"learning_starts = {args.learning_starts} leaves no update within "
-            f"total_timesteps = {args.total_timesteps}"
-        )
-    if args.batch_size > args.learning_starts:
-        raise ValueError(
-            f"batch_size = {args.batch_size} is more than the warm-up fills "
-            f"(learning_starts = {args.learning_starts})"
-        )
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("buffer_size", args.buffer_size >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_starts", args.learning_starts >= 0, ">= 0"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("exploration_noise", args.exploration_noise >= 0, ">= 0"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("buffer_size", args.buffer_size >= args.batch_size, ">= --batch-size"),
+        ("learning_starts", args.learning_starts >= args.batch_size, ">= --batch-size"),
+        ("total_timesteps", args.total_timesteps > args.learning_starts, "> --learning-starts"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Box actions. For discrete actions use algos/dqn_torch.py or algos/ppo_torch.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Box actions. "
+            f"For discrete actions use algos/dqn_torch.py or algos/ppo_torch.py"
         )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-        raise ValueError(f"{args.env_id} has unbounded actions; the tanh squashing needs finite bounds")
+        raise ValueError(
+            f"--env-id {args.env_id} has unbounded actions; the tanh squashing needs finite bounds"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
@@ -209,6 +214,8 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environments, networks, optimisers, replay buffer
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -220,11 +227,8 @@ def train(args: Args) -> dict:
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    # Intra-op threads: at most two. On the idle 2-core dev machine a second thread speeds up the
-    # 256 x 256 products (SAC: 130 against 89 gradient steps/s over 15k steps). With more busy
-    # threads than cores they spin against each other instead (26 against 1.8 gradient steps/s when
-    # the machine was loaded), so the test suite, which runs one worker per core, sets
-    # OMP_NUM_THREADS=1 (tests/conftest.py) and this line keeps that.
+    # Intra-op threads: at most two (see algos/sac_torch.py): a second thread splits the 256 x 256
+    # products when a core is free; the test suite sets OMP_NUM_THREADS=1 and the min keeps it.
     torch.set_num_threads(min(2, torch.get_num_threads()))
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
@@ -255,8 +259,7 @@ def train(args: Args) -> dict:
     q_optimizer = torch.optim.Adam(qf.parameters(), lr=args.learning_rate)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate)
 
-    # buffers on the host; each sampled batch moves to the device
-    # Replay buffer: flat arrays, written in a ring.
+    # Replay buffer on the host (each sampled batch moves to the device): flat arrays, written in a ring.
     capacity = min(args.buffer_size, args.total_timesteps)
     obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
     next_obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
@@ -271,7 +274,7 @@ def train(args: Args) -> dict:
     obs, _ = envs.reset(seed=args.seed)
 
     for global_step in range(1, args.total_timesteps + 1):
-        # ---- act: random during the warm-up, then the policy plus Gaussian noise, clipped to the bounds
+        # ---- 2. Act: random during the warm-up, then the policy plus Gaussian noise, clipped
         if global_step <= args.learning_starts:
             actions = envs.action_space.sample()
         else:
@@ -283,12 +286,13 @@ def train(args: Args) -> dict:
         ep_return += reward
         ep_length += 1
 
-        # ---- store; an ended episode's next observation is its true last one, not the reset
+        # ---- 3. Store: an ended episode's next observation is its true last one, not the reset
         real_next_obs = transition_next_obs(next_obs, infos)
         slot = (global_step - 1) % capacity
         obs_buf[slot], next_obs_buf[slot], actions_buf[slot] = obs[0], real_next_obs[0], actions[0]
         rewards_buf[slot], terminated_buf[slot] = reward[0], terminated[0]
         obs = next_obs
+        # episode statistics of every env whose episode ended at this step
         for i in np.flatnonzero(terminated | truncated):
             episode_returns.append((global_step, float(ep_return[i])))
             recent = [r for _, r in episode_returns[-10:]]
@@ -299,7 +303,7 @@ def train(args: Args) -> dict:
         if global_step <= args.learning_starts:
             continue
 
-        # ---- one gradient step: critic, actor, then the Polyak targets
+        # ---- 4. Update: critic, actor, then the Polyak targets
         idx = np.random.randint(0, min(global_step, capacity), size=args.batch_size)
         b_obs, b_next_obs = (
             torch.as_tensor(obs_buf[idx], device=device),
@@ -330,6 +334,7 @@ def train(args: Args) -> dict:
         with torch.no_grad():
             torch._foreach_lerp_(target_params, online_params, args.tau)  # target += tau * (online - target)
 
+        # losses and the progress line every 100 steps
         if global_step % 100 == 0 or global_step == args.total_timesteps:
             losses = {
                 "qf1_loss": qf1_loss.item(),
@@ -350,9 +355,9 @@ def train(args: Args) -> dict:
                     file=sys.stderr,
                     flush=True,
                 )
+    # ---- 5. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
-
     envs.close()
     wall_time = time.time() - start_time
     summary = {
@@ -378,4 +383,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,27 +1,14 @@
 """GAIL: generative adversarial imitation learning, PPO on a learned reward -- the PyTorch twin.
 
-Papers: Ho & Ermon 2016, "Generative Adversarial Imitation Learning", arXiv:1606.03476;
-        Kostrikov et al. 2018, "Discriminator-Actor-Critic: Addressing Sample Inefficiency and
-        Reward Bias in Adversarial Imitation Learning", arXiv:1809.02925 (the survival bias);
-        Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347.
+A discriminator D(s, a) tells the learner's pairs (label 1) from the expert's (label 0); PPO trains the
+policy on the reward -log D(s, a). The environment's reward is only logged, as the true return.
+Papers: Ho & Ermon 2016, "Generative Adversarial Imitation Learning", arXiv:1606.03476; Kostrikov
+        et al. 2018, "Discriminator-Actor-Critic: Addressing Sample Inefficiency and Reward Bias in
+        Adversarial Imitation Learning", arXiv:1809.02925 (the survival bias); Schulman et al. 2017,
+        "Proximal Policy Optimization Algorithms", arXiv:1707.06347.
 Twin:   algos/gail_jax.py (`diff algos/gail_torch.py algos/gail_jax.py` shows only the framework).
 Docs:   docs/algorithms/gail.md
-
-A discriminator D(s, a) learns to tell the learner's (observation, action) pairs (label 1) from the
-expert's (label 0); the policy is trained by PPO on the reward -log D(s, a), high where the
-discriminator takes a learner pair for an expert one. The environment reward is never used for
-learning: it is only logged, as the true return of each episode.
-
-Verified (tests/): discriminator_loss, gail_reward and discriminator_inputs against hand-computed
-numbers (the GAIL worked problem: loss, its gradient, the optimal discriminator's reward), the reward
-is high where D is low, compute_gae / ppo_policy_loss / ppo_value_loss as in PPO, parity with the JAX
-twin within 1e-5 (values and gradients, the discriminator network on the same weights), bad input
-(Box action space, unknown dataset, a dataset of another environment, expert_episodes out of range),
-a smoke run, and learning: the mean TRUE return of the last 20 episodes is 500.0 on seeds 1-5
-of both twins at 250k steps (the expert scores 500; proposed spec >= 475 on every seed); the
-learner's actions agree with the expert's on 79-90% of its states (expert_agreement), against
-64-75% with a frozen random discriminator, which reaches 500 too on 2 of 3 seeds (survival bias).
-Reproduce: python algos/gail_torch.py --seed 1
+Run:    python algos/gail_torch.py --seed 1
 """
 
 import os
@@ -53,13 +40,13 @@ class Args:
     expert_episodes: int = 0
     """use only the first k expert trajectories (0: all of them)"""
     total_timesteps: int = 250_000
-    """total environment steps, summed over the vector envs"""
+    """total environment steps, summed over the vector envs (CleanRL's ppo.py: 500k)"""
     num_envs: int = 8
-    """parallel environments (gymnasium SyncVectorEnv, same-step autoreset)"""
+    """parallel environments, gymnasium SyncVectorEnv with same-step autoreset (CleanRL: 4)"""
     num_steps: int = 128
     """steps per environment per rollout"""
     learning_rate: float = 1e-3
-    """Adam learning rate of the policy and value networks"""
+    """Adam learning rate of the policy and value networks (CleanRL's ppo.py: 2.5e-4)"""
     anneal_lr: bool = True
     """anneal the policy's learning rate linearly to 0 over the run"""
     gamma: float = 0.99
@@ -253,35 +240,49 @@ def make_envs(env_id, num_envs):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is stepped or any run directory is written."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
     batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches != 0:
-        raise ValueError(
-            f"num_envs * num_steps = {batch_size} is not divisible by "
-            f"num_minibatches = {args.num_minibatches}"
-        )
-    if args.total_timesteps < batch_size:
-        raise ValueError(
-            f"total_timesteps = {args.total_timesteps} is less than one rollout "
-            f"(num_envs * num_steps = {batch_size})"
-        )
-    for name in ("disc_steps", "disc_batch_size"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"{name} = {getattr(args, name)} must be at least 1")
-    if args.expert_episodes < 0:
-        raise ValueError(f"expert_episodes = {args.expert_episodes} must be >= 0 (0: all of them)")
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("expert_episodes", args.expert_episodes >= 0, ">= 0 (0 = all)"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("num_envs", args.num_envs >= 1, ">= 1"),
+        ("num_steps", args.num_steps >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("gae_lambda", 0 <= args.gae_lambda <= 1, "in [0, 1]"),
+        ("num_minibatches", args.num_minibatches >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("ent_coef", args.ent_coef >= 0, ">= 0"),
+        ("vf_coef", args.vf_coef >= 0, ">= 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("disc_learning_rate", args.disc_learning_rate >= 0, ">= 0 (0 freezes the discriminator)"),
+        ("disc_steps", args.disc_steps >= 1, ">= 1"),
+        ("disc_batch_size", args.disc_batch_size >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        (
+            "num_minibatches",
+            args.num_minibatches >= 1 and batch_size % args.num_minibatches == 0,
+            f"a divisor of --num-envs * --num-steps = {batch_size}",
+        ),
+        ("total_timesteps", args.total_timesteps >= batch_size, f">= one rollout of {batch_size} steps"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.dataset not in offline_data.DATASETS:
-        raise ValueError(f"unknown dataset {args.dataset!r}; valid: {', '.join(offline_data.DATASETS)}")
+        raise ValueError(f"--dataset {args.dataset!r} is unknown; valid: {', '.join(offline_data.DATASETS)}")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
+            f"--env-id {args.env_id} has a {type(space).__name__} action space; this script is "
             f"for Discrete actions and there is no continuous-action GAIL script here "
             f"(algos/ppo_continuous_torch.py is the PPO one would build it on)"
         )
     data_env = offline_data.dataset_info(args.dataset)["env_id"]
     if data_env != args.env_id:
-        raise ValueError(f"dataset {args.dataset!r} was collected on {data_env}, not {args.env_id}")
+        raise ValueError(f"--dataset {args.dataset!r} was collected on {data_env}, not {args.env_id}")
 
 
 def load_expert_pairs(dataset, expert_episodes):
@@ -290,7 +291,8 @@ def load_expert_pairs(dataset, expert_episodes):
     bounds = offline_data.episode_bounds(data)
     if expert_episodes > len(bounds):
         raise ValueError(
-            f"expert_episodes = {expert_episodes} but {dataset} holds {len(bounds)} trajectories"
+            f"--expert-episodes must be <= {len(bounds)}: {dataset} holds {len(bounds)} trajectories "
+            f"(got {expert_episodes})"
         )
     end = bounds[expert_episodes - 1][1] if expert_episodes else len(data["actions"])
     return data["observations"][:end].astype(np.float32), data["actions"][:end].astype(np.int64)
@@ -318,6 +320,7 @@ def evaluate(model_path, env_id, eval_episodes, seed):
 
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
+    # ---- 1. Setup: expert pairs, run directory, seeding, environments, networks, storage
     check_args(args)
     expert_obs_np, expert_actions_np = load_expert_pairs(args.dataset, args.expert_episodes)
     batch_size = args.num_envs * args.num_steps
@@ -371,7 +374,7 @@ def train(args: Args) -> dict:
             frac = 1.0 - (iteration - 1.0) / num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # ---- rollout (the environment reward is only counted for the log: the TRUE return)
+        # ---- 2. Rollout (the environment reward is only counted for the log: the TRUE return)
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs_buf[step] = next_obs
@@ -404,7 +407,7 @@ def train(args: Args) -> dict:
                 writer.add_scalar("charts/episodic_length", ep_length[i], global_step)
                 ep_return[i], ep_length[i] = 0.0, 0
 
-        # ---- discriminator: disc_steps gradient steps, each on disc_batch_size learner pairs from
+        # ---- 3. Discriminator: disc_steps gradient steps, each on disc_batch_size learner pairs from
         # this rollout (label 1) and as many expert pairs (label 0), drawn with replacement
         b_obs = obs_buf.reshape(batch_size, obs_dim)
         b_actions = actions_buf.reshape(-1)
@@ -426,19 +429,19 @@ def train(args: Args) -> dict:
             disc_stats["disc_learner_acc"] += (learner_logits > 0).float().mean().item() / args.disc_steps
             disc_stats["disc_expert_acc"] += (expert_logits < 0).float().mean().item() / args.disc_steps
 
-        # ---- learned reward: -log D(s, a) with the discriminator AFTER this iteration's update (Ho &
+        # ---- 4. Reward: -log D(s, a) with the discriminator AFTER this iteration's update (Ho &
         # Ermon's Algorithm 1 order). No normalisation and no clipping: softplus(-logit) is finite
         # and >= 0, and its scale (about log 2 = 0.69 when D is unsure) suits the value clip.
         with torch.no_grad():
             disc_rewards = gail_reward(disc(b_obs, b_actions)).reshape(args.num_steps, args.num_envs)
             last_value = agent.get_value(next_obs)
         rewards_buf = disc_rewards + bootstrap_buf
-        # ---- advantages (bootstrap from the observation after the rollout)
+        # ---- 5. Advantages (bootstrap from the observation after the rollout)
         advantages, returns = compute_gae(
             rewards_buf, values_buf, dones_buf, last_value, args.gamma, args.gae_lambda
         )
 
-        # ---- PPO update: epochs x minibatches over the flattened batch
+        # ---- 6. Update: PPO, epochs x minibatches over the flattened batch
         b_logps = logps_buf.reshape(-1)
         b_advantages, b_returns, b_values = (
             advantages.reshape(-1),
@@ -500,6 +503,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 7. Summary
     envs.close()
     wall_time = time.time() - start_time
     final_mean_return = float(np.mean(recent)) if recent else float("nan")
@@ -531,4 +535,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

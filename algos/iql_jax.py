@@ -417,7 +417,7 @@ def train(args: Args) -> dict:
         step += block
 
         if step % LOG_EVERY == 0 or step == args.total_steps:
-            losses = {name: float(value) for name, value in step_losses.items()}
+            losses = {name: value.item() for name, value in step_losses.items()}
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, step)
             writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)

@@ -377,7 +377,7 @@ def train(args: Args) -> dict:
                 "mean_weight": mean_weight,
                 "log_std": log_std.mean(),
             }
-            losses = {name: float(value) for name, value in step_losses.items()}
+            losses = {name: value.item() for name, value in step_losses.items()}
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, step)
             writer.add_scalar("charts/SPS", int(step / (time.time() - start_time)), step)

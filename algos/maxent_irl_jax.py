@@ -1,40 +1,14 @@
 """Maximum-entropy inverse reinforcement learning on a tabular gridworld -- the JAX twin.
 
-Paper:  Ziebart, Maas, Bagnell and Dey 2008, "Maximum Entropy Inverse Reinforcement Learning",
-        AAAI 2008 (no arXiv id); the soft (causal) value iteration form of the backward pass follows
-        Ziebart 2010, "Modeling Purposeful Adaptive Behavior with the Principle of Maximum Causal
-        Entropy" (PhD thesis, CMU) and Levine 2018, arXiv:1805.00909 (control as inference).
-Twin:   algos/maxent_irl_torch.py (`diff algos/maxent_irl_torch.py algos/maxent_irl_jax.py` shows only
-        the framework).
+Fits r_theta(s) = theta . f(s) to demonstrations, knowing P and the state features but not the reward,
+by Adam ascent on the max-ent log-likelihood: its gradient, the expert's discounted feature counts minus
+the learner's, takes soft value iteration (backward pass) and the soft policy's visitation (forward).
+Papers: Ziebart, Maas, Bagnell & Dey 2008, "Maximum Entropy Inverse Reinforcement Learning" (AAAI, no
+        arXiv id); soft backups as in Ziebart 2010 (PhD thesis, CMU) and Levine 2018, "Reinforcement
+        Learning and Control as Probabilistic Inference: Tutorial and Review", arXiv:1805.00909.
+Twin:   algos/maxent_irl_torch.py (`diff algos/maxent_irl_torch.py algos/maxent_irl_jax.py`: the framework).
 Docs:   docs/algorithms/maxent_irl.md
-
-The dynamics P(s' | s, a) of a small gridworld are known (slippery: with probability `slip` the
-move is replaced by one of the five actions drawn uniformly). A true reward, used only to make the
-expert and to score, sits on the cells: goal +5, puddle -5, free 0. The expert is the soft-optimal
-(Boltzmann) policy of that reward, pi(a | s) = exp(Q(s, a) - V(s)), and the demonstrations are
-`num_demos` episodes of `horizon` steps sampled from it from the start cell. The learner sees the
-demonstrations, P and the state features f(s) (cell-type indicators [free, goal, puddle] by default,
-one-hot states with --features onehot), never the reward. It fits r_theta(s) = theta . f(s) by
-gradient ascent (Adam) on the demonstrations' max-ent log-likelihood, whose gradient is
-E_expert[sum_t gamma^t f(s_t)] - E_theta[sum_t gamma^t f(s_t)]: each step runs soft value iteration
-on r_theta (the backward pass), then the forward pass that gives the expected discounted state
-visitation of the learner's soft policy over the same horizon, then one Adam step.
-Discounted, infinite-horizon soft values (a stationary policy), visitations truncated at the
-demonstrations' horizon: sum_s D(s) = (1 - gamma^horizon) / (1 - gamma) (= horizon for gamma = 1).
-
-Verified (tests/): the MaxEnt IRL worked problem (soft value iteration on a two-state MDP solved
-by hand: V = [ln 9, ln 36], pi(. | 0) = [1/3, 2/3]; the visitation frequencies [43/36, 5/9] summing
-to 1 + 0.5 + 0.25, and to the horizon without discount; the gradient is zero when the learner's
-feature expectations equal the expert's and points toward the expert's states otherwise), bad input
-(unknown grid or features, horizon < 1, zero demonstrations, gamma outside [0, 1)), parity with the
-PyTorch twin within 1e-5 (every module-level function and a whole short run), a smoke run, bit-identical
-figures for two runs with the same seed, and learning (tests/registry.py: policy_match >= 0.9 on each
-of seeds 1-5): on the default puddle7x7 grid the recovered reward's greedy action is one of the
-expert's in 48 or 49 of the 49 cells (policy_match 0.980 / 1.000 / 0.980 / 0.980 / 1.000 for seeds
-1-5 of the demonstration sampling, both twins; the swapped cells are near-ties for the expert), and
-its greedy policy's true 30-step return is 89.56-89.66 against the expert's 89.66 (docs page: the
-table, 10 and 1000 demonstrations, one-hot features).
-Reproduce: python algos/maxent_irl_jax.py --seed 1
+Run:    python algos/maxent_irl_jax.py --seed 1
 """
 
 import functools
@@ -173,7 +147,7 @@ def maxent_gradient(mu_expert, visitation, features):
 
 def greedy_actions(Q):
     """argmax_a Q(s, a) per state; ties go to the lowest action index."""
-    return jnp.argmax(Q, -1)
+    return Q.argmax(-1)
 
 
 def policy_match(Q_learner, Q_expert, tol, mask):
@@ -243,22 +217,26 @@ def run_greedy_episodes(policy, P, start, r_true, horizon, episodes, seed):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("slip", 0 <= args.slip <= 1, "in [0, 1] (a probability)"),
+        ("gamma", 0 <= args.gamma < 1, "in [0, 1) (soft value iteration must contract)"),
+        ("horizon", args.horizon >= 1, ">= 1"),
+        ("num_demos", args.num_demos >= 1, ">= 1"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("soft_vi_sweeps", args.soft_vi_sweeps >= 1, ">= 1"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.grid not in GRIDS:
-        raise ValueError(f"unknown grid {args.grid!r}; valid grids: {', '.join(GRIDS)}")
+        raise ValueError(f"--grid {args.grid!r} is unknown; valid: {', '.join(GRIDS)}")
     if args.features not in ("cell_type", "onehot"):
-        raise ValueError(f"unknown features {args.features!r}; valid: cell_type, onehot")
-    if args.horizon < 1:
-        raise ValueError(f"horizon = {args.horizon}: a demonstration needs at least one step")
-    if args.num_demos < 1:
-        raise ValueError(f"num_demos = {args.num_demos}: IRL needs at least one demonstration")
-    if not 0.0 <= args.gamma < 1.0:
-        raise ValueError(f"gamma = {args.gamma}: soft value iteration needs 0 <= gamma < 1 (a contraction)")
-    if not 0.0 <= args.slip <= 1.0:
-        raise ValueError(f"slip = {args.slip}: a probability, in [0, 1]")
-    for name in ("total_steps", "soft_vi_sweeps", "eval_every", "eval_episodes"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"{name} = {getattr(args, name)}: must be at least 1")
+        raise ValueError(f"--features {args.features!r} is unknown; valid: cell_type, onehot")
 
 
 def evaluate(model_path, grid, features, slip, gamma, horizon, soft_vi_sweeps, eval_episodes, seed):
@@ -274,6 +252,7 @@ def evaluate(model_path, grid, features, slip, gamma, horizon, soft_vi_sweeps, e
 
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
+    # ---- 1. Setup: run directory, seeding, the model, the expert and its demonstrations
     check_args(args)
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.grid}__{script}__{args.seed}__{int(time.time())}")
@@ -285,12 +264,11 @@ def train(args: Args) -> dict:
     # Seeding: python, numpy, jax; the demonstrations come from a numpy generator seeded with seed.
     random.seed(args.seed)
     np.random.seed(args.seed)
-    key = jax.random.PRNGKey(args.seed)  # unused: the only randomness is the numpy demonstration sampling
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
 
-    # ---- the model, the expert and its demonstrations
+    # The model, the expert and its demonstrations
     P_np, r_np, F_np, start_np = make_gridworld(args.grid, args.slip, args.features)
     P, r_true, F, start = (jnp.asarray(x) for x in (P_np, r_np, F_np, start_np))
     Q_expert, _, pi_expert = soft_value_iteration(r_true, P, args.gamma, args.soft_vi_sweeps)
@@ -303,7 +281,7 @@ def train(args: Args) -> dict:
     expert_greedy = jax.nn.one_hot(greedy_actions(Q_expert), num_actions, dtype=P.dtype)
     expert_return = float(policy_return(expert_greedy, P, start, r_true, args.horizon))
 
-    # ---- the reward weights and their optimiser (gradient ascent: Adam minimises -log-likelihood)
+    # The reward weights and their optimiser (gradient ascent: Adam minimises -log-likelihood)
     theta = jnp.zeros(F.shape[1])
     optimizer = optax.adam(args.learning_rate)
     opt_state = optimizer.init(theta)
@@ -342,11 +320,13 @@ def train(args: Args) -> dict:
     episodic_returns, feature_gap_curve, eval_returns = [], [], []
     step, last_print = 0, 0.0
     while step < args.total_steps:
+        # ---- 2. Update: eval_every IRL steps, each a backward pass, a forward pass and one Adam step
         theta, opt_state, gaps = irl_update(theta, opt_state, min(args.eval_every, args.total_steps - step))
-        for gap in np.asarray(gaps).tolist():
+        for gap in gaps.tolist():
             step += 1
             feature_gap_curve.append((step, gap))
             writer.add_scalar("losses/feature_gap", gap, step)
+        # ---- 3. Evaluation: the recovered reward's greedy policy against the expert's
         match, match_visited, recovered_return, policy = scores(theta)
         match, match_visited, recovered_return = float(match), float(match_visited), float(recovered_return)
         eval_returns = run_greedy_episodes(
@@ -369,6 +349,8 @@ def train(args: Args) -> dict:
             )
     if args.progress:
         print(file=sys.stderr)
+
+    # ---- 4. Summary
     wall_time = time.time() - start_time
     writer.add_scalar("charts/expert_return", expert_return, step)
 
@@ -381,7 +363,7 @@ def train(args: Args) -> dict:
         "expert_return": expert_return,
         "demo_mean_return": demo_mean_return,
         "feature_gap_curve": feature_gap_curve,
-        "theta": np.asarray(theta).tolist(),
+        "theta": theta.tolist(),
         "sps": step / wall_time,
         "wall_time": wall_time,
         "global_step": step,
@@ -411,4 +393,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

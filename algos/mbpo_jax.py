@@ -1,29 +1,13 @@
 """Model-based policy optimisation (MBPO): SAC on real data plus short model rollouts -- the JAX twin.
 
+SAC trained mostly on short branched rollouts of a probabilistic dynamics ensemble, started from real
+states; the ensemble is refit on the real replay buffer every few hundred steps.
 Paper:  Janner, Fu, Zhang and Levine 2019, "When to Trust Your Model: Model-Based Policy
         Optimization", arXiv:1906.08253 (the SAC inside: Haarnoja et al. 2018, arXiv:1801.01290
         and arXiv:1812.05905; the probabilistic ensemble: Chua et al. 2018, arXiv:1805.12114).
 Twin:   algos/mbpo_torch.py (`diff algos/mbpo_torch.py algos/mbpo_jax.py` shows only the framework).
 Docs:   docs/algorithms/mbpo.md
-
-Every `model_train_freq` real steps an ensemble of probabilistic dynamics networks (Gaussian heads
-on the state change and the reward, bounded log-variance, Gaussian NLL, normalised inputs) is
-refit on the real replay buffer, the `num_elites` members with the lowest held-out error are kept,
-and `rollout_batch_size` short branched rollouts start from real buffer states: the policy acts,
-a random elite per rollout step and per start state samples s' and r, for rollout_length(epoch)
-steps (linear 1 -> k schedule). Every real step then makes `updates_per_step` SAC updates on
-batches of which `real_ratio` comes from the real buffer and the rest from the model buffer.
-Model rollouts on Pendulum never terminate (TERMINATION_FNS; add an env's termination rule there).
-
-Verified (tests/): the rollout-length schedule, the real/model batch split, the Gaussian NLL and
-the log-variance bounds on hand numbers, a branched rollout from given start states through a known
-stub model (shapes, the member picked per step, no termination on Pendulum), ensemble members that
-disagree more off the data than on it (1-D regression), bad input, parity with the PyTorch twin within
-1e-5 (every module-level function and the loss gradients), a smoke run, bit-identical curves for
-two runs with the same seed. final_mean_return here is the mean of the last 5 episodes.
-Measured (docs/algorithms/mbpo.md): Pendulum-v1, 3,000 steps, JAX twin seeds 1-3: -98.5 / -141.8 /
--241.8 (last-5-episode mean; the issue's bar is -300); SAC needs 30,000 steps for -117 to -181.
-Reproduce: python algos/mbpo_jax.py --seed 1
+Run:    python algos/mbpo_jax.py --seed 1
 """
 
 import os
@@ -61,47 +45,47 @@ class Args:
     batch_size: int = 256
     """transitions per SAC gradient step, real and model together"""
     real_ratio: float = 0.05
-    """fraction of each SAC batch drawn from the real buffer, the rest from the model buffer (paper 0.05)"""
+    """fraction of each SAC batch drawn from the real buffer, the rest from the model buffer"""
     updates_per_step: int = 10
-    """SAC gradient steps per environment step (paper 20)"""
+    """SAC gradient steps per environment step (paper: 20)"""
     learning_starts: int = 400
-    """warm-up: uniformly random actions, no model and no SAC update for this many steps"""
+    """warm-up: uniformly random actions, no model and no SAC update for this many steps (paper: 5k)"""
     policy_lr: float = 3e-4
     """Adam learning rate of the actor"""
     q_lr: float = 1e-3
-    """Adam learning rate of the two critics"""
+    """Adam learning rate of the two critics (paper: 3e-4)"""
     alpha_lr: float = 1e-3
-    """Adam learning rate of log alpha (automatic temperature)"""
+    """Adam learning rate of log alpha, the automatic temperature (paper: 3e-4)"""
     alpha: float = 0.2
-    """entropy temperature: the fixed value, or the initial value with --autotune"""
+    """entropy temperature: the fixed value, or the initial one with --autotune (paper: 1.0)"""
     autotune: bool = True
     """tune alpha so that the policy's entropy tracks the target -dim(A)"""
     hidden_size: int = 256
     """width of the two hidden layers of the actor and of each critic"""
     ensemble_size: int = 7
-    """members of the dynamics ensemble (paper 7)"""
+    """members of the dynamics ensemble"""
     num_elites: int = 5
-    """members with the lowest held-out error that the rollouts use (paper 5)"""
+    """members with the lowest held-out error that the rollouts use"""
     model_hidden_size: int = 200
     """width of the hidden layers of each ensemble member"""
     model_layers: int = 3
-    """hidden layers of each ensemble member (paper 4)"""
+    """hidden layers of each ensemble member (paper: 4)"""
     model_lr: float = 1e-3
     """Adam learning rate of the ensemble"""
     model_batch_size: int = 256
     """transitions per ensemble gradient step (each member draws its own)"""
     model_train_steps: int = 200
-    """ensemble gradient steps per refit"""
+    """ensemble gradient steps per refit (paper: until the held-out loss stops improving)"""
     holdout_ratio: float = 0.2
     """fraction of the real buffer held out to rank the members (elites)"""
     model_train_freq: int = 100
-    """real steps between refits of the ensemble (each refit is followed by a fresh batch of rollouts)"""
+    """real steps between refits of the ensemble, each followed by fresh rollouts (paper: 250)"""
     rollout_batch_size: int = 2_000
-    """branched rollouts started from real buffer states at each refit"""
+    """branched rollouts started from real buffer states at each refit (paper: 100k)"""
     model_buffer_size: int = 50_000
-    """capacity of the model buffer (a ring: old rollouts are overwritten)"""
+    """capacity of the model buffer, a ring (paper: the last epoch's rollouts)"""
     epoch_length: int = 200
-    """environment steps per epoch of the rollout-length schedule (one Pendulum episode)"""
+    """environment steps per epoch of the rollout-length schedule (paper: 1,000)"""
     rollout_min_length: int = 1
     """rollout length up to rollout_min_epoch"""
     rollout_max_length: int = 5
@@ -196,7 +180,8 @@ def rollout_length(epoch, min_length, max_length, min_epoch, max_epoch):
     """The paper's linear schedule: min_length up to min_epoch, then linear in the epoch to
     max_length at max_epoch, then max_length; rounded down to whole steps.
 
-        k(e) = floor(min_length + clip((e - min_epoch) / (max_epoch - min_epoch), 0, 1) * (max_length - min_length))
+        k(e) = floor(min_length + clip((e - min_epoch) / (max_epoch - min_epoch), 0, 1)
+                     * (max_length - min_length))
     """
     if max_epoch <= min_epoch:
         return int(max_length if epoch >= max_epoch else min_length)
@@ -427,45 +412,60 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.ensemble_size < 1:
-        raise ValueError(
-            f"ensemble_size = {args.ensemble_size}: the dynamics model needs at least one member"
-        )
-    if not 1 <= args.num_elites <= args.ensemble_size:
-        raise ValueError(
-            f"num_elites = {args.num_elites} must be between 1 and ensemble_size = {args.ensemble_size}"
-        )
-    if args.rollout_min_length < 1 or args.rollout_max_length < args.rollout_min_length:
-        raise ValueError(
-            f"rollout lengths {args.rollout_min_length} -> {args.rollout_max_length}: a model rollout "
-            f"is at least 1 step long and the schedule does not shrink"
-        )
-    if not 0.0 <= args.real_ratio <= 1.0:
-        raise ValueError(f"real_ratio = {args.real_ratio} is a fraction of the batch, in [0, 1]")
-    if args.updates_per_step < 1:
-        raise ValueError(f"updates_per_step = {args.updates_per_step}: at least one SAC update per step")
-    if args.learning_starts >= args.total_timesteps:
-        raise ValueError(
-            f"learning_starts = {args.learning_starts} leaves no update within "
-            f"total_timesteps = {args.total_timesteps}"
-        )
-    if args.batch_size > args.learning_starts or args.model_batch_size > args.learning_starts:
-        raise ValueError(
-            f"batch_size = {args.batch_size} / model_batch_size = {args.model_batch_size} is more "
-            f"than the warm-up fills (learning_starts = {args.learning_starts})"
-        )
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("real_ratio", 0 <= args.real_ratio <= 1, "in [0, 1]"),
+        ("updates_per_step", args.updates_per_step >= 1, ">= 1"),
+        ("learning_starts", args.learning_starts >= 0, ">= 0"),
+        ("policy_lr", args.policy_lr > 0, "> 0"),
+        ("q_lr", args.q_lr > 0, "> 0"),
+        ("alpha_lr", args.alpha_lr > 0, "> 0"),
+        ("alpha", args.alpha > 0 if args.autotune else args.alpha >= 0, "> 0 with --autotune, else >= 0"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("ensemble_size", args.ensemble_size >= 1, ">= 1"),
+        ("num_elites", args.num_elites >= 1, ">= 1"),
+        ("model_hidden_size", args.model_hidden_size >= 1, ">= 1"),
+        ("model_layers", args.model_layers >= 1, ">= 1"),
+        ("model_lr", args.model_lr > 0, "> 0"),
+        ("model_batch_size", args.model_batch_size >= 1, ">= 1"),
+        ("model_train_steps", args.model_train_steps >= 1, ">= 1"),
+        ("holdout_ratio", 0 < args.holdout_ratio < 1, "in (0, 1)"),
+        ("model_train_freq", args.model_train_freq >= 1, ">= 1"),
+        ("rollout_batch_size", args.rollout_batch_size >= 1, ">= 1"),
+        ("model_buffer_size", args.model_buffer_size >= 1, ">= 1"),
+        ("epoch_length", args.epoch_length >= 1, ">= 1"),
+        ("rollout_min_length", args.rollout_min_length >= 1, ">= 1"),
+        ("rollout_max_length", args.rollout_max_length >= 1, ">= 1"),
+        ("rollout_min_epoch", args.rollout_min_epoch >= 0, ">= 0"),
+        ("rollout_max_epoch", args.rollout_max_epoch >= 0, ">= 0"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("num_elites", args.num_elites <= args.ensemble_size, "<= --ensemble-size"),
+        ("rollout_max_length", args.rollout_max_length >= args.rollout_min_length, ">= --rollout-min-length"),
+        ("learning_starts", args.learning_starts >= args.batch_size, ">= --batch-size"),
+        ("learning_starts", args.learning_starts >= args.model_batch_size, ">= --model-batch-size"),
+        ("total_timesteps", args.total_timesteps > args.learning_starts, "> --learning-starts"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Box actions. "
+            f"For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
         )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-        raise ValueError(f"{args.env_id} has unbounded actions; the tanh squashing needs finite bounds")
+        raise ValueError(
+            f"--env-id {args.env_id} has unbounded actions; the tanh squashing needs finite bounds"
+        )
     if args.env_id not in TERMINATION_FNS:
         raise ValueError(
-            f"{args.env_id} has no termination rule for model rollouts; add one to TERMINATION_FNS"
+            f"--env-id {args.env_id} has no termination rule for model rollouts; add one to TERMINATION_FNS"
         )
 
 
@@ -500,6 +500,8 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environments, networks, the ensemble, optimisers, buffers
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -586,9 +588,8 @@ def train(args: Args) -> dict:
         else:
             alpha_opt = state["alpha_opt"]
 
-        qf_target = optax.incremental_update(
-            qf_params, state["qf_target"], args.tau
-        )  # target += tau * (online - target)
+        # target += tau * (online - target)
+        qf_target = optax.incremental_update(qf_params, state["qf_target"], args.tau)
         state = {
             "params": {"actor": actor_params, "qf": qf_params},
             "qf_target": qf_target,
@@ -659,8 +660,8 @@ def train(args: Args) -> dict:
             model_fn, policy_fn, start_obs, members, model_noise, action_noise, termination_fn
         ), key
 
-    # buffers on the host; each sampled batch moves to the device
-    # Real buffer: every real transition (total_timesteps of them). Model buffer: a ring.
+    # Buffers on the host (each sampled batch moves to the device). Real buffer: every real transition
+    # (total_timesteps of them). Model buffer: a ring.
     capacity = args.total_timesteps
     obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
     next_obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
@@ -708,7 +709,7 @@ def train(args: Args) -> dict:
     obs, _ = envs.reset(seed=args.seed)
 
     for global_step in range(1, args.total_timesteps + 1):
-        # ---- act: random during the warm-up, then a sample of the policy
+        # ---- 2. Act: random during the warm-up, then a sample of the policy
         if global_step <= args.learning_starts:
             actions = envs.action_space.sample()
         else:
@@ -718,12 +719,13 @@ def train(args: Args) -> dict:
         ep_return += reward
         ep_length += 1
 
-        # ---- store; an ended episode's next observation is its true last one, not the reset
+        # ---- 3. Store: an ended episode's next observation is its true last one, not the reset
         real_next_obs = transition_next_obs(next_obs, infos)
         slot = global_step - 1
         obs_buf[slot], next_obs_buf[slot], actions_buf[slot] = obs[0], real_next_obs[0], actions[0]
         rewards_buf[slot], terminated_buf[slot] = reward[0], terminated[0]
         obs = next_obs
+        # episode statistics of every env whose episode ended at this step
         for i in np.flatnonzero(terminated | truncated):
             episode_returns.append((global_step, float(ep_return[i])))
             recent = [r for _, r in episode_returns[-RETURN_WINDOW:]]
@@ -734,7 +736,7 @@ def train(args: Args) -> dict:
         if global_step <= args.learning_starts:
             continue
 
-        # ---- refit the ensemble, pick the elites, refill the model buffer with branched rollouts
+        # ---- 4. Model: refit the ensemble, pick the elites, add branched rollouts to the model buffer
         if (global_step - args.learning_starts - 1) % args.model_train_freq == 0:
             model_nll, holdout_mse = train_model(global_step)
             elites = select_elites(holdout_mse, args.num_elites)
@@ -763,7 +765,7 @@ def train(args: Args) -> dict:
                 "rollout_length": float(length),
             }
 
-        # ---- updates_per_step SAC steps on mixed batches: n_real real, n_model model transitions
+        # ---- 5. Update: updates_per_step SAC steps on batches of n_real real, n_model model transitions
         idx_r = np.random.randint(0, global_step, size=(args.updates_per_step, n_real))
         idx_m = np.random.randint(0, model_count, size=(args.updates_per_step, n_model))
         batches = {
@@ -775,6 +777,7 @@ def train(args: Args) -> dict:
         }
         state, step_losses, key = update_many(state, batches, key)
 
+        # losses and the progress line every 100 steps
         if global_step % 100 == 0 or global_step == args.total_timesteps:
             losses = {**{name: float(value) for name, value in step_losses.items()}, **model_losses}
             sps = int(global_step / (time.time() - start_time))
@@ -785,15 +788,16 @@ def train(args: Args) -> dict:
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
                 print(
-                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  "
+                    f"return({RETURN_WINDOW}) {mean_recent:7.1f}  "
                     f"k {length}  alpha {losses['alpha']:.3f}  SPS {sps:6,d}",
                     end="",
                     file=sys.stderr,
                     flush=True,
                 )
+    # ---- 6. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
-
     envs.close()
     wall_time = time.time() - start_time
     summary = {
@@ -823,4 +827,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

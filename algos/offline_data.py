@@ -41,7 +41,7 @@ The datasets (D4RL's names, scaled to a CPU):
   improve: episode k acts with the expert's torque scaled by a gain rising from 0 to 0.4 (about
   "medium") over the dataset, plus Gaussian noise falling from 0.6 to 0.2. Unlike `replay`, whose
   actions are uniformly random with a probability, every action here comes from one policy of one
-  skill, so an episode's return says how good its policy was (a lead for issue 14; no spec uses it yet).
+  skill, so an episode's return says how good its policy was (the TD3+BC learning specs use it).
 - `pendulum-medium-expert`: D4RL's medium-expert mixture, medium and expert episodes alternating
   (20k transitions of each): here an episode's return says which policy acted, so conditioning on
   a high return can select the expert's actions (Decision Transformer's case), where in "replay"

@@ -1,20 +1,13 @@
 """TD3: twin delayed deep deterministic policy gradient, continuous actions -- the JAX twin.
 
+DDPG's deterministic actor-critic with three fixes against overestimation: clipped double-Q
+targets from twin critics, target policy smoothing, and delayed actor and target updates.
 Papers: Fujimoto et al. 2018, "Addressing Function Approximation Error in Actor-Critic Methods",
         arXiv:1802.09477; Lillicrap et al. 2015, "Continuous control with deep reinforcement
         learning" (DDPG), arXiv:1509.02971.
 Twin:   algos/td3_torch.py (`diff algos/td3_torch.py algos/td3_jax.py` shows only the framework).
 Docs:   docs/algorithms/td3.md
-
-Verified (tests/): td3_target and smoothed_target_actions against hand-computed numbers (clipped
-double Q, clipped smoothing noise, action bounds), parity with the PyTorch twin within 1e-5 (targets,
-losses, gradients, networks on the same weights), a smoke run and bit-identical curves for two runs
-with the same seed. The stored s' at a truncation
-is the true final observation (tests/unit/test_replay_final_obs.py), and learning (pytest -m learning):
-on Pendulum-v1 at 30k steps the 10-episode means of seeds 1-3 were -164.5 / -118.2 / -190.6; registered as
->= -250 on every seed.
-final_mean_return here is the mean of the last 10 episodes.
-Reproduce: python algos/td3_jax.py --seed 1
+Run:    python algos/td3_jax.py --seed 1
 """
 
 import os
@@ -41,9 +34,9 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
-    """gymnasium environment id (Box actions with finite bounds)"""
+    """gymnasium environment id (Box actions with finite bounds; CleanRL: Hopper-v4)"""
     total_timesteps: int = 30_000
-    """total environment steps"""
+    """total environment steps (CleanRL: 1M)"""
     buffer_size: int = 1_000_000
     """replay buffer capacity (capped at total_timesteps)"""
     gamma: float = 0.99
@@ -53,7 +46,7 @@ class Args:
     batch_size: int = 256
     """transitions per gradient step, drawn uniformly from the replay buffer"""
     learning_starts: int = 5_000
-    """warm-up: uniformly random actions and no update for this many steps"""
+    """warm-up: uniformly random actions and no update for this many steps (CleanRL: 25k)"""
     learning_rate: float = 3e-4
     """Adam learning rate of the actor and of the two critics"""
     exploration_noise: float = 0.1
@@ -193,27 +186,39 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.learning_starts >= args.total_timesteps:
-        raise ValueError(
-            f"learning_starts = {args.learning_starts} leaves no update within "
-            f"total_timesteps = {args.total_timesteps}"
-        )
-    if args.batch_size > args.learning_starts:
-        raise ValueError(
-            f"batch_size = {args.batch_size} is more than the warm-up fills "
-            f"(learning_starts = {args.learning_starts})"
-        )
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("buffer_size", args.buffer_size >= 1, ">= 1"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("tau", 0 < args.tau <= 1, "in (0, 1]"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_starts", args.learning_starts >= 0, ">= 0"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("exploration_noise", args.exploration_noise >= 0, ">= 0"),
+        ("policy_noise", args.policy_noise >= 0, ">= 0"),
+        ("noise_clip", args.noise_clip >= 0, ">= 0"),
+        ("policy_frequency", args.policy_frequency >= 1, ">= 1"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("buffer_size", args.buffer_size >= args.batch_size, ">= --batch-size"),
+        ("learning_starts", args.learning_starts >= args.batch_size, ">= --batch-size"),
+        ("total_timesteps", args.total_timesteps > args.learning_starts, "> --learning-starts"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Box actions. "
+            f"For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
         )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-        raise ValueError(f"{args.env_id} has unbounded actions; the tanh squashing needs finite bounds")
-    if args.policy_frequency < 1:
-        raise ValueError(f"policy_frequency = {args.policy_frequency} must be at least 1")
+        raise ValueError(
+            f"--env-id {args.env_id} has unbounded actions; the tanh squashing needs finite bounds"
+        )
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
@@ -247,6 +252,8 @@ def evaluate(model_path, env_id, eval_episodes, seed, hidden_size):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environments, networks, optimisers, replay buffer
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -337,9 +344,8 @@ def train(args: Args) -> dict:
             actor_updates, actor_opt = actor_optimizer.update(actor_grads, actor_opt)
             actor_params = optax.apply_updates(actor_params, actor_updates)
             online = {"actor": actor_params, "qf": qf_params}
-            target_params = optax.incremental_update(
-                online, target_params, args.tau
-            )  # target += tau * (online - target)
+            # target += tau * (online - target)
+            target_params = optax.incremental_update(online, target_params, args.tau)
             return actor_params, actor_opt, target_params, actor_loss
 
         def skip(operand):
@@ -369,8 +375,7 @@ def train(args: Args) -> dict:
         }
         return state, losses, key
 
-    # buffers on the host; each sampled batch moves to the device
-    # Replay buffer: flat arrays, written in a ring.
+    # Replay buffer on the host (each sampled batch moves to the device): flat arrays, written in a ring.
     capacity = min(args.buffer_size, args.total_timesteps)
     obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
     next_obs_buf = np.zeros((capacity, obs_dim), dtype=np.float32)
@@ -385,7 +390,7 @@ def train(args: Args) -> dict:
     obs, _ = envs.reset(seed=args.seed)
 
     for global_step in range(1, args.total_timesteps + 1):
-        # ---- act: random during the warm-up, then the policy plus Gaussian noise, clipped to the bounds
+        # ---- 2. Act: random during the warm-up, then the policy plus Gaussian noise, clipped
         if global_step <= args.learning_starts:
             actions = envs.action_space.sample()
         else:
@@ -395,12 +400,13 @@ def train(args: Args) -> dict:
         ep_return += reward
         ep_length += 1
 
-        # ---- store; an ended episode's next observation is its true last one, not the reset
+        # ---- 3. Store: an ended episode's next observation is its true last one, not the reset
         real_next_obs = transition_next_obs(next_obs, infos)
         slot = (global_step - 1) % capacity
         obs_buf[slot], next_obs_buf[slot], actions_buf[slot] = obs[0], real_next_obs[0], actions[0]
         rewards_buf[slot], terminated_buf[slot] = reward[0], terminated[0]
         obs = next_obs
+        # episode statistics of every env whose episode ended at this step
         for i in np.flatnonzero(terminated | truncated):
             episode_returns.append((global_step, float(ep_return[i])))
             recent = [r for _, r in episode_returns[-10:]]
@@ -411,7 +417,7 @@ def train(args: Args) -> dict:
         if global_step <= args.learning_starts:
             continue
 
-        # ---- one critic step; every policy_frequency-th step also the actor and the Polyak targets
+        # ---- 4. Update: the critics; every policy_frequency-th step also the actor and the targets
         idx = np.random.randint(0, min(global_step, capacity), size=args.batch_size)
         batch = {
             "obs": obs_buf[idx],
@@ -422,6 +428,7 @@ def train(args: Args) -> dict:
         }
         state, step_losses, key = update(state, batch, key)
 
+        # losses and the progress line every 100 steps
         if global_step % 100 == 0 or global_step == args.total_timesteps:
             losses = {name: float(value) for name, value in step_losses.items()}
             sps = int(global_step / (time.time() - start_time))
@@ -438,9 +445,9 @@ def train(args: Args) -> dict:
                     file=sys.stderr,
                     flush=True,
                 )
+    # ---- 5. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
-
     envs.close()
     wall_time = time.time() - start_time
     summary = {
@@ -467,4 +474,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,28 +1,13 @@
 """KTO: Kahneman-Tversky optimisation on unpaired desirable / undesirable completions -- the JAX twin.
 
-The SFT policy (llm/sft_jax.py, trained first when its checkpoint is missing) samples K
-completions for each training prompt; the gold verifier (tasks.verify) labels each one desirable
-(correct) or undesirable (wrong), each label flipped with probability label_noise. No pairs: every
-completion is one example. KTO scores a completion by its implied reward r = log pi(y|x) -
-log pi_ref(y|x) relative to a reference point z, the batch's estimate of KL(pi || pi_ref) from
-mismatched pairs (completion of another prompt scored under this prompt), clamped at 0 and detached,
-and minimises lambda_D (1 - sigmoid(beta (r - z))) on desirable and lambda_U (1 - sigmoid(beta (z - r)))
-on undesirable completions. The reference log-probs of the examples are computed once, without
-gradient, before training; those of the mismatched pairs, per batch, without gradient.
+SFT samples (llm/sft_jax.py), each labelled desirable or not by the verifier (with label noise),
+train the policy on lambda_D (1 - sigmoid(beta (r - z))) or lambda_U (1 - sigmoid(beta (z - r))),
+r = log pi - log pi_ref, z a detached batch estimate of KL(pi || pi_ref) from mismatched pairs.
 Paper:  Ethayarajh et al. 2024, "KTO: Model Alignment as Prospect Theoretic Optimization",
         arXiv:2402.01306.
 Twin:   llm/kto_torch.py (`diff llm/kto_torch.py llm/kto_jax.py` shows only the framework).
 Docs:   docs/algorithms/kto.md
-
-Verified (tests/): kto_loss against hand-computed numbers at beta 1 and 0.1 (loss 0.2761 and 0.4750,
-z = 0.4), z = 0 when the mismatched KL estimate is negative, the desirable / undesirable weights on a
-hand case, z detached (the gradient w.r.t. the policy's parameters equals the one with z replaced by
-a constant of the same value), parity of kto_loss (values and gradients) and pair_logps with the
-PyTorch twin within 1e-4, a smoke run with identical figures for two runs with the same seed, bad input,
-and learning: greedy held-out accuracy at least 25 points above the SFT start for each of seeds 1-3
-(pytest -m learning; runs in docs/algorithms/kto.md).
-Measured gains, seeds 1-3: torch +0.444/+0.442/+0.426, jax +0.440/+0.442/+0.396.
-Reproduce: python llm/kto_jax.py --seed 1
+Run:    python llm/kto_jax.py --seed 1
 """
 
 import os
@@ -50,13 +35,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """local Hugging Face causal LM folder (local files only), the start instead of --sft-path"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: log_dir/sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 2000
@@ -66,11 +51,11 @@ class Args:
     label_noise: float = 0.1
     """probability that a completion's desirable / undesirable label is flipped"""
     beta: float = 1.0
-    """KTO temperature: the scale of the implied reward inside the sigmoid"""
+    """KTO temperature beta: the scale of the implied reward inside the sigmoid (paper: 0.1)"""
     desirable_weight: float = 1.0
     """lambda_D, the weight of the desirable examples' loss"""
     undesirable_weight: float = 1.5
-    """lambda_U, the weight of the undesirable examples' loss (1.5: 62-65% of the SFT samples are desirable after label noise, so lambda_D n_D / (lambda_U n_U) lands in the paper's [1, 4/3])"""
+    """lambda_U, the weight of the undesirable examples' loss (TRL: 1.0; why 1.5: docs/algorithms/kto.md)"""
     epochs: int = 1
     """passes over the examples"""
     batch_size: int = 64
@@ -127,32 +112,45 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    problems = 100**args.digits if args.digits >= 1 else 0  # operand pairs of the task
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("num_prompts", args.num_prompts >= 1, ">= 1"),
+        ("samples_per_prompt", args.samples_per_prompt >= 1, ">= 1"),
+        ("label_noise", 0 <= args.label_noise < 0.5, "in [0, 0.5)"),
+        ("beta", args.beta > 0, "> 0"),
+        ("desirable_weight", args.desirable_weight > 0, "> 0"),
+        ("undesirable_weight", args.undesirable_weight > 0, "> 0"),
+        ("epochs", args.epochs >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 2, ">= 2, the KL estimate needs mismatched pairs"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < problems, f"< {problems}, the {args.digits}-digit problems"),
+        (
+            "num_prompts",
+            args.num_prompts <= problems - args.num_test,
+            f"<= {problems - args.num_test}, the training prompts",
+        ),
+        (
+            "num_prompts",
+            args.num_prompts * args.samples_per_prompt >= 2,
+            f">= 2 with --samples-per-prompt {args.samples_per_prompt}: the KL estimate needs 2 examples",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.model:
         raise ValueError(
-            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/kto_torch.py; "
-            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
-        )
-    if args.samples_per_prompt < 1:
-        raise ValueError(f"samples_per_prompt = {args.samples_per_prompt} must be at least 1")
-    if not 0.0 <= args.label_noise < 0.5:
-        raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
-    if args.beta <= 0.0:
-        raise ValueError(f"beta = {args.beta} must be positive")
-    if args.desirable_weight <= 0.0 or args.undesirable_weight <= 0.0:
-        raise ValueError(
-            f"desirable_weight = {args.desirable_weight} and undesirable_weight = "
-            f"{args.undesirable_weight} must be positive"
-        )
-    if args.batch_size < 2:
-        raise ValueError(
-            f"batch_size = {args.batch_size}: the KL estimate needs mismatched pairs, so at least 2"
-        )
-    if args.num_prompts * args.samples_per_prompt < 2:
-        raise ValueError(
-            f"num_prompts x samples_per_prompt = {args.num_prompts * args.samples_per_prompt}: "
-            "the KL estimate needs mismatched pairs, so at least 2 examples"
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only "
+            "(llm/kto_torch.py; docs/algorithms/llm.md, 'Real models'): transformers 5 removed its "
+            "Flax models (FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary "
+            "checkpoint to load"
         )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
@@ -229,6 +227,8 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: SFT start, run directory, seeding
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
@@ -249,7 +249,7 @@ def train(args: Args) -> dict:
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     K, C = args.samples_per_prompt, tasks.completion_len(args.digits)
 
-    # ---- unpaired data: K samples of the SFT policy per prompt, each labelled by the gold verifier
+    # ---- 2. Unpaired data: K samples of the SFT policy per prompt, each labelled by the verifier
     operands = train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)]
     prompts = np.repeat(tasks.encode_prompts(operands, args.digits), K, axis=0)
     samples, key = sample(model, params, jnp.asarray(prompts), key, C, 1.0)
@@ -274,16 +274,18 @@ def train(args: Args) -> dict:
     )
     if not 1.0 <= weight_ratio <= 4.0 / 3.0:
         print(
-            f"note: lambda_D n_D / (lambda_U n_U) = {args.desirable_weight} x {num_desirable} / ({args.undesirable_weight} x "
-            f"{num_examples - num_desirable}) = {weight_ratio:.3f}, outside the paper's [1, 4/3]",
+            f"note: lambda_D n_D / (lambda_U n_U) = {args.desirable_weight} x {num_desirable} / "
+            f"({args.undesirable_weight} x {num_examples - num_desirable}) = {weight_ratio:.3f}, "
+            "outside the paper's [1, 4/3]",
             file=sys.stderr,
         )
 
-    # ---- reference log-probs of the examples, once, without gradient (the reference never changes)
+    # ---- 3. Reference log-probs: of the examples, once, without gradient
     logps = jax.jit(lambda params, p, c, m: pair_logps(model, params, p, c, m))
     ref_params = params  # the SFT parameters; the updates below make new pytrees and leave these alone
     ref_logps = logps(ref_params, data["prompts"], data["completions"], data["mask"])
 
+    # ---- 4. Training: KTO steps, the reference point from each batch's mismatched pairs
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(args.learning_rate))
     opt_state = optimizer.init(params)
 
@@ -359,6 +361,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 5. Summary: the sequence KL to the reference on the test prompts
     wall_time = time.time() - start_time
     kl_to_ref, key = kl_to_reference(model, params, ref_params, test_pairs, args.digits, key)
     writer.close()
@@ -388,4 +391,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

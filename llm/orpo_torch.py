@@ -1,29 +1,13 @@
 """ORPO: odds-ratio preference optimisation, SFT and preference in one loss, no reference -- the PyTorch twin.
 
-The SFT policy (llm/sft_torch.py, trained first when its checkpoint is missing) samples K
-completions for each training prompt; pairs of completions the gold scorer (tasks.graded_score) ranks
-differently become preference pairs, labelled with Bradley-Terry label noise (llm/tasks.py), exactly
-as in llm/dpo_torch.py. ORPO minimises the SFT loss on the chosen completion plus lambda times the
-odds-ratio loss -log sigmoid(log odds(y_w|x) - log odds(y_l|x)), odds(y|x) = P / (1 - P) with
-P = exp(mean per-token log-prob of y) (the length-normalised likelihood). No reference model in the
-loss: the SFT policy is kept only to measure kl_to_ref at the end. The paper trains from a base model
-in one stage; here ORPO starts from the SFT checkpoint like the other preference methods, so that the
-comparison table (docs/algorithms/llm.md) compares like with like.
+The chosen completion's NLL plus lambda times the odds-ratio loss -log sigmoid(log odds(y_w|x) -
+log odds(y_l|x)), odds = P / (1 - P) with P the length-normalised likelihood, on DPO's preference
+pairs. Starts from the SFT checkpoint (llm/sft_torch.py; trained first when missing), not a base model.
 Paper:  Hong, Lee and Thorne 2024, "ORPO: Monolithic Preference Optimization without Reference
         Model", arXiv:2403.07691.
-Twin:   llm/orpo_jax.py (`diff llm/orpo_torch.py llm/orpo_jax.py` shows only the framework).
+Twin:   llm/orpo_jax.py (`diff llm/orpo_torch.py llm/orpo_jax.py`: only the framework).
 Docs:   docs/algorithms/orpo.md
-
-Verified (tests/): log_odds and orpo_loss against hand-computed numbers at lambda 0.1 and 1 (see the
-docs' worked problem), the stable log-odds equal to the naive log P - log(1 - P) where that is finite
-and finite where P -> 1, the gradient of the odds-ratio term in the paper's form (chosen and rejected
-gradients weighted by 1 / (1 + odds ratio)), masking (tokens after <eos> change neither the log-probs,
-the lengths nor the loss), parity of log_odds, orpo_loss (values and gradients) and pair_logps with
-the JAX twin within 1e-4, a smoke run with identical figures for two runs with the same seed, bad
-input, and learning: greedy held-out accuracy above the SFT start for each of seeds 1-3 (pytest -m
-learning; runs in docs/algorithms/orpo.md).
-Measured gains, seeds 1-3: torch +0.408/+0.436/+0.444, jax +0.430/+0.400/+0.412 (lambda 0.1).
-Reproduce: python llm/orpo_torch.py --seed 1
+Run:    python llm/orpo_torch.py --seed 1
 """
 
 import copy
@@ -52,13 +36,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """a local Hugging Face causal LM folder (local files only); empty: the tiny LM of llm/tinylm_*.py"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: default_sft_path(args) in log_dir, trained first when missing"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 2000
@@ -124,17 +108,31 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
-    if args.samples_per_prompt < 2:
-        raise ValueError(
-            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
-        )
-    if not 0.0 <= args.label_noise < 0.5:
-        raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
-    if args.lam < 0.0:
-        raise ValueError(f"lam = {args.lam} must be non-negative (0: SFT on the chosen completions alone)")
-    if args.batch_size < 1:
-        raise ValueError(f"batch_size = {args.batch_size} must be at least 1")
+    """Refuse bad flags before any run directory is written or any network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("num_prompts", args.num_prompts >= 1, ">= 1"),
+        ("samples_per_prompt", args.samples_per_prompt >= 2, ">= 2 (a pair needs two completions)"),
+        ("label_noise", 0 <= args.label_noise < 0.5, "in [0, 0.5)"),
+        ("lam", args.lam >= 0, ">= 0 (0: SFT on the chosen completions alone)"),
+        ("epochs", args.epochs >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < 100**args.digits, "< 100 ** --digits, the number of problems"),
+        (
+            "num_prompts",
+            args.num_prompts <= 100**args.digits - args.num_test,
+            f"<= {100**args.digits - args.num_test}, the training prompts (drawn without replacement)",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
@@ -213,12 +211,12 @@ def kl_to_reference(policy, reference, pairs, digits):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: the SFT start, seeding
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(
-        device
-    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    policy = policy.to(device)  # sampling and updates run there; numpy bookkeeping stays on the host
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"addition{args.digits}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -235,7 +233,7 @@ def train(args: Args) -> dict:
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     K, C = args.samples_per_prompt, tasks.completion_len(args.digits)
 
-    # ---- preference data: K samples of the SFT policy per prompt, gold-scored, Bradley-Terry labels
+    # ---- 2. Preference data: K samples of the SFT policy per prompt, gold-scored, Bradley-Terry labels
     operands = train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)]
     prompts = tasks.encode_prompts(operands, args.digits)
     with torch.no_grad():
@@ -254,11 +252,12 @@ def train(args: Args) -> dict:
     # Completion lengths |y|, tokens up to and including <eos>: the length normalisation of P(y|x).
     data["chosen_len"], data["rejected_len"] = data["chosen_mask"].sum(-1), data["rejected_mask"].sum(-1)
 
-    # ---- the SFT start, kept (without gradient) only to measure kl_to_ref at the end: not in the loss
+    # ---- 3. Reference: the SFT start, kept without gradient to measure kl_to_ref; not in the loss
     reference = copy.deepcopy(policy).requires_grad_(False)
     with torch.no_grad():
         start_chosen = pair_logps(policy, data["prompts"], data["chosen"], data["chosen_mask"])
 
+    # ---- 4. Update: epochs of minibatch steps over the pairs
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate)
     with torch.no_grad():
         initial_acc = accuracy(policy, test_pairs, args.digits)
@@ -289,7 +288,8 @@ def train(args: Args) -> dict:
             optimizer.step()
             pairs_seen += len(mb)
 
-            # TRL's ORPO logging: rewards are lambda x the mean per-token log-probs, margin the log-odds ratio.
+            # ---- 5. Logging, as TRL logs ORPO: rewards are lambda x the mean per-token log-probs,
+            # the margin is the log-odds ratio.
             chosen_mean = (policy_chosen / data["chosen_len"][mb]).detach()
             rejected_mean = (policy_rejected / data["rejected_len"][mb]).detach()
             margin = log_odds_ratio.mean().item()
@@ -323,6 +323,7 @@ def train(args: Args) -> dict:
                     file=sys.stderr,
                     flush=True,
                 )
+    # ---- 6. Summary: the change on the pair set, the KL to the reference, the run's figures
     if args.progress:
         print(file=sys.stderr)
 
@@ -362,4 +363,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,30 +1,14 @@
 """RLHF with PPO: optimise a learned reward model's score under a KL penalty -- the PyTorch twin.
 
-The policy starts from the SFT checkpoint (llm/sft_torch.py) and samples one completion per training
-prompt. The *proxy* reward is the Bradley-Terry reward model's score (llm/reward_model_torch.py; the
-gold verifier is only used to report accuracy), normalised to mean 0 and std 1 on SFT samples. Each
-completion token gets the reward -beta (log pi - log pi_ref), the reward-model score is added at
-its last token (<eos>), nothing after it. A separate critic, initialised from the reward model's
-weights (InstructGPT), gives per-token values; GAE with gamma 1 and lambda 0.95 over the completion
-tokens, advantages whitened over the batch, then several epochs of minibatch PPO: the clipped
-per-token surrogate and the clipped value loss. beta is fixed, or adapted toward a target KL
-(--adaptive-kl, Ziegler et al.). Gold accuracy (verifier) and proxy reward are logged separately.
+The policy (from llm/sft_torch.py) is rewarded per token by -beta (log pi - log pi_ref), plus the
+normalised score of the reward model (llm/reward_model_torch.py) at <eos>; a critic initialised from
+the reward model gives GAE advantages for minibatch PPO. beta is fixed or adapted (--adaptive-kl).
 Papers: Ziegler et al. 2019, "Fine-Tuning Language Models from Human Preferences", arXiv:1909.08593;
-        Stiennon et al. 2020, arXiv:2009.01325; Ouyang et al. 2022, arXiv:2203.02155 (InstructGPT);
-        Gao et al. 2022, "Scaling Laws for Reward Model Overoptimization", arXiv:2210.10760;
-        Huang et al. 2024, "The N+ Implementation Details of RLHF with PPO", arXiv:2403.17031.
-Twin:   llm/ppo_rlhf_jax.py (`diff llm/ppo_rlhf_torch.py llm/ppo_rlhf_jax.py` shows only the framework).
+        Ouyang et al. 2022, "Training language models to follow instructions with human feedback",
+        arXiv:2203.02155.
+Twin:   llm/ppo_rlhf_jax.py (`diff llm/ppo_rlhf_{torch,jax}.py` shows only the framework).
 Docs:   docs/algorithms/ppo_rlhf.md
-
-Verified (tests/): per_token_rewards (KL per token, score at <eos>, zero after it), compute_gae with
-gamma 1, whiten_masked, ppo_policy_loss, clipped_value_loss and adaptive_kl_update against
-hand-computed numbers in tests/unit/test_ppo_rlhf.py; parity of every one of them (values and the
-losses' gradients) and of the critic's values with the JAX twin within 1e-4; a smoke run with
-identical figures for two runs with the same seed; bad input; and learning: greedy held-out gold
-accuracy above the SFT start on every seed (pytest -m learning; runs in docs/algorithms/ppo_rlhf.md).
-Measured gains, seeds 1-3 (reward models of 4 epochs): torch +0.386/+0.262/+0.244, jax +0.240/+0.276/+0.270;
-beta = 0 over-optimises (gold 0.74 -> 0.03 while the proxy rises): docs/algorithms/ppo_rlhf.md.
-Reproduce: python llm/ppo_rlhf_torch.py --seed 1
+Run:    python llm/ppo_rlhf_torch.py --seed 1
 """
 
 import copy
@@ -50,21 +34,21 @@ from tinylm_torch import load_checkpoint, sample, sequence_logps, token_logps
 @dataclass
 class Args:
     seed: int = 1
-    """seed of python, numpy and the framework (also of the SFT and reward-model runs when they are trained first)"""
+    """seed of python, numpy and the framework (also of the SFT and reward-model runs trained first)"""
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """local Hugging Face causal LM folder (local files only), the start instead of --sft-path"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: log_dir/sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     rm_path: str = ""
-    """reward-model checkpoint (.npz); empty: reward_model_<framework>_<digits>d_<rm_prompts>prompts_<rm_epochs>epochs_seed<seed>.npz in log_dir, trained first when missing (with --model: a folder)"""
+    """reward-model checkpoint (.npz; a folder with --model); empty: a default in --log-dir, trained first"""
     rm_prompts: int = 8000
     """training prompts of the reward-model run made when the checkpoint is missing (fewer: a weaker proxy)"""
     rm_epochs: int = 4
@@ -92,17 +76,17 @@ class Args:
     gae_lambda: float = 0.95
     """GAE lambda"""
     kl_coef: float = 0.5
-    """weight beta of the per-token KL penalty in the reward (its start value with --adaptive-kl)"""
+    """weight beta of the per-token KL penalty, its start value with --adaptive-kl (InstructGPT: 0.02)"""
     adaptive_kl: bool = False
     """adapt beta toward target_kl (Ziegler et al. 2019) instead of keeping it fixed"""
     target_kl: float = 1.0
-    """target sequence KL(pi || pi_SFT) in nats of the adaptive controller"""
+    """target sequence KL(pi || pi_SFT) in nats of the adaptive controller (TRL's port: 6)"""
     kl_horizon: int = 10000
     """horizon (in completions) of the adaptive controller"""
     max_grad_norm: float = 1.0
     """global gradient-norm clip (policy and critic each)"""
     eval_every: int = 5
-    """steps between two evaluations on the test prompts (greedy gold accuracy; proxy, gold and KL of samples)"""
+    """steps between two evaluations on the test prompts (greedy accuracy; proxy, gold and KL of samples)"""
     log_dir: str = "runs"
     """parent folder of the TensorBoard run directory"""
     progress: bool = True
@@ -237,19 +221,51 @@ def rm_args(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
-    if args.temperature <= 0:
-        raise ValueError(f"temperature = {args.temperature} must be positive (PPO samples)")
-    if args.prompts_per_step % args.num_minibatches:
-        raise ValueError(
-            f"prompts_per_step = {args.prompts_per_step} is not divisible by num_minibatches = {args.num_minibatches}"
-        )
-    if args.kl_coef < 0:
-        raise ValueError(f"kl_coef = {args.kl_coef} must be >= 0")
-    if args.adaptive_kl and (args.target_kl <= 0 or args.kl_horizon <= 0 or args.kl_coef == 0):
-        raise ValueError("--adaptive-kl needs target_kl > 0, kl_horizon > 0 and kl_coef > 0 (it scales beta)")
-    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
-        raise ValueError(f"gamma = {args.gamma} and gae_lambda = {args.gae_lambda} must be in [0, 1]")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    problems = 100**args.digits if args.digits >= 1 else 0  # operand pairs of the task
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("rm_prompts", args.rm_prompts >= 1, ">= 1"),
+        ("rm_epochs", args.rm_epochs >= 1, ">= 1"),
+        ("total_steps", args.total_steps >= 1, ">= 1"),
+        ("prompts_per_step", args.prompts_per_step >= 1, ">= 1"),
+        ("temperature", args.temperature > 0, "> 0"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("warmup_steps", args.warmup_steps >= 1, ">= 1"),
+        ("update_epochs", args.update_epochs >= 1, ">= 1"),
+        ("num_minibatches", args.num_minibatches >= 1, ">= 1"),
+        ("clip_coef", args.clip_coef > 0, "> 0"),
+        ("vf_clip_coef", args.vf_clip_coef > 0, "> 0"),
+        ("gamma", 0 <= args.gamma <= 1, "in [0, 1]"),
+        ("gae_lambda", 0 <= args.gae_lambda <= 1, "in [0, 1]"),
+        ("kl_coef", args.kl_coef >= 0, ">= 0"),
+        ("target_kl", args.target_kl > 0, "> 0"),
+        ("kl_horizon", args.kl_horizon >= 1, ">= 1"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < problems, f"< {problems}, the {args.digits}-digit problems"),
+        (
+            "rm_prompts",
+            args.rm_prompts <= problems - args.num_test,
+            f"<= {problems - args.num_test}, the training prompts",
+        ),
+        (
+            "num_minibatches",
+            args.num_minibatches >= 1 and args.prompts_per_step % args.num_minibatches == 0,
+            f"a divisor of --prompts-per-step = {args.prompts_per_step}",
+        ),
+        (
+            "kl_coef",
+            args.kl_coef > 0 or not args.adaptive_kl,
+            "> 0 with --adaptive-kl (the controller scales it)",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if args.model:  # a Hugging Face model is the starting policy: no SFT checkpoint is read or trained
@@ -378,12 +394,13 @@ def proxy_and_gold(policy, reference, reward_model, score_stats, pairs, digits):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: SFT policy, reward model, run directory, seeding, reference, critic, optimisers
     torch.set_num_threads(1)  # a 0.4M-parameter model: thread hand-offs cost more than they save
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     policy, sft_path = load_or_train_sft(args)
-    policy = policy.to(
-        device
-    )  # sampling and every update run there; the task's numpy bookkeeping stays on the host
+    # Sampling and every update run on the device; the task's numpy bookkeeping stays on the host.
+    policy = policy.to(device)
     reward_model, rm_path = load_or_train_reward_model(args)
     reward_model = reward_model.to(device)
     script = os.path.basename(__file__).removesuffix(".py")
@@ -405,9 +422,10 @@ def train(args: Args) -> dict:
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.learning_rate)
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.learning_rate)
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
-    P, C, B = tasks.prompt_len(args.digits), tasks.completion_len(args.digits), args.prompts_per_step
+    P, B = tasks.prompt_len(args.digits), args.prompts_per_step
     mb_size = B // args.num_minibatches
 
+    # ---- 2. Normalisation: the proxy's statistics on SFT samples, the starting evaluation
     # Reward normalisation (Ziegler et al.): the proxy score has mean 0 and std 1 on SFT samples.
     with torch.no_grad():
         stats_pairs = train_pairs[rng.integers(0, len(train_pairs), B)]
@@ -425,7 +443,7 @@ def train(args: Args) -> dict:
     for step in range(1, args.total_steps + 1):
         lr = args.learning_rate * min(1.0, step / args.warmup_steps)
         optimizer.param_groups[0]["lr"] = critic_optimizer.param_groups[0]["lr"] = lr
-        # ---- rollout: one completion per prompt, scored by the reward model (the proxy)
+        # ---- 3. Rollout: one completion per prompt, scored by the reward model (the proxy)
         pairs = train_pairs[rng.integers(0, len(train_pairs), B)]
         with torch.no_grad():
             prompts, completions, full, raw_scores = sampled_scores(
@@ -444,7 +462,7 @@ def train(args: Args) -> dict:
         gold_rewards = tasks.verify(pairs, completions.cpu().numpy(), args.digits)
         tokens_sampled += int(mask.sum())
 
-        # ---- update: update_epochs passes of num_minibatches minibatches over the rollout batch
+        # ---- 4. Update: update_epochs passes of num_minibatches minibatches over the rollout batch
         for epoch in range(args.update_epochs):
             perm = torch.as_tensor(rng.permutation(B), device=device)
             for start in range(0, B, mb_size):
@@ -468,11 +486,12 @@ def train(args: Args) -> dict:
             logp_all = torch.log_softmax(logits / args.temperature, dim=-1)
             entropy = (-(logp_all.exp() * logp_all).sum(-1) * mask[mb]).sum() / mask[mb].sum()
 
-        # ---- the KL penalty's weight: fixed, or moved toward target_kl (Ziegler et al.)
+        # ---- 5. KL coefficient: fixed, or moved toward target_kl (Ziegler et al.)
         batch_kl = kl.sum(-1).mean().item()
         if args.adaptive_kl:
             kl_coef = adaptive_kl_update(kl_coef, batch_kl, args.target_kl, args.kl_horizon, B)
 
+        # ---- 6. Logging and evaluation
         sps = int(tokens_sampled / (time.time() - start_time))
         writer.add_scalar("charts/reward", scores.mean().item(), step)
         writer.add_scalar("charts/reward_std", scores.std().item(), step)
@@ -515,6 +534,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 7. Summary: the sequence KL to the reference, the over-optimisation figures
     wall_time = time.time() - start_time
     with torch.no_grad():
         kl_to_ref = kl_to_reference(policy, reference, test_pairs, args.digits)
@@ -551,4 +571,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,39 +1,14 @@
-"""A process reward model (PRM) with Monte Carlo step labels, against an outcome reward model (ORM),
-used for best-of-n selection -- the JAX twin.
+"""A process reward model (PRM) with Monte Carlo step labels against an outcome reward model (ORM),
+for best-of-n selection -- the JAX twin.
 
-The SFT policy (llm/sft_jax.py, trained first when its checkpoint is missing) samples solutions to
-training prompts. A "step" is one answer character of a completion (each digit before <eos>). Each
-step is labelled the Math-Shepherd way: from the prefix that ends at that step, the policy rolls out
-num_rollouts completions; the step's label is 1 if any of them reaches the gold answer (hard
-estimate) or the fraction that do (soft estimate, --soft-labels). The PRM is the SFT transformer
-with a per-position scalar head, trained with binary cross-entropy at the step positions only; the
-ORM is the same network trained on the same solutions with the same budget, labelled by final
-correctness alone, at the last token. Both then pick the best of n SFT samples on held-out prompts
-(PRM score: the min or the product of the step probabilities), against majority vote and the
-oracle (pass@n). The policy itself is never trained.
-Papers: Lightman et al. 2023, "Let's Verify Step by Step", arXiv:2305.20050 (PRM vs ORM for
-        best-of-n); Wang et al. 2024, "Math-Shepherd", arXiv:2312.08935 (Monte Carlo step labels,
-        hard and soft estimates); Uesato et al. 2022, arXiv:2211.14275 (process vs outcome
-        supervision); Beirami et al. 2024, arXiv:2401.01879 (the best-of-n KL bound).
-Twin:   llm/prm_torch.py (`diff llm/prm_torch.py llm/prm_jax.py` shows only the framework).
+Each answer digit of an SFT sample is labelled by rollouts from its prefix (Math-Shepherd); a PRM
+(step labels) and an ORM (final correctness), both the SFT transformer with a scalar head, then pick
+the best of n SFT samples per held-out prompt. The SFT policy (llm/sft_jax.py) is never trained.
+Papers: Lightman et al. 2023, "Let's Verify Step by Step", arXiv:2305.20050; Wang et al. 2024,
+        "Math-Shepherd", arXiv:2312.08935 (Monte Carlo step labels).
+Twin:   llm/prm_torch.py (`diff llm/prm_torch.py llm/prm_jax.py`: only the framework).
 Docs:   docs/algorithms/prm.md
-
-Summary keys: accuracy_gain is the best-of-n (n = best_of_n, default 8) gold accuracy with the PRM
-minus the SFT policy's greedy accuracy (initial_test_accuracy), both on the held-out prompts.
-kl_to_ref is the analytic bound on KL(best-of-n || SFT), log n - (n - 1) / n (best_of_n_kl), not
-the Monte Carlo kl_to_reference of the other llm/ scripts: the best-of-n policy has no log-probs
-of its own to evaluate.
-
-Verified (tests/): mc_step_labels on a stub policy with known rollouts (hard and soft),
-masked_bce_loss's masking of non-step positions, aggregate_step_scores (min and product),
-best_of_n_select and best_of_n_kl (0 at n = 1, ln 4 - 3/4 at n = 4) against hand-computed numbers
-(tests/unit/test_prm.py); parity of every module-level function with the PyTorch twin within 1e-4
-(tests/parity/test_prm.py); a smoke run with identical figures for two runs with the same seed; bad
-input; and learning: PRM best-of-8 gold accuracy at least 5 points above the SFT greedy accuracy on seeds 1-3
-(pytest -m learning; runs in docs/algorithms/prm.md).
-Measured gains, seeds 1-3: torch +0.203/+0.221/+0.211, jax +0.170/+0.172/+0.117 (SFT greedy 0.55-0.56,
-PRM best-of-8 0.68-0.78); PRM minus ORM at n = 8: torch +0.042/+0.050/+0.043, jax -0.034/-0.003/-0.012.
-Reproduce: python llm/prm_jax.py --seed 1
+Run:    python llm/prm_jax.py --seed 1
 """
 
 import math
@@ -64,13 +39,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """a local Hugging Face causal LM folder (local files only); empty: the tiny LM of llm/tinylm_*.py"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
-    """held-out test prompts (a fixed split, disjoint from the training prompts); best-of-n is measured on them"""
+    """held-out test prompts (a fixed split, disjoint from the training ones), where best-of-n is measured"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: default_sft_path(args) in log_dir, trained first when missing"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 2000
@@ -80,7 +55,7 @@ class Args:
     num_rollouts: int = 4
     """Monte Carlo completions rolled out from each step's prefix (N of Math-Shepherd)"""
     soft_labels: bool = False
-    """label a step by the fraction of its rollouts that reach the gold answer (soft estimate); default: 1 if any does (hard estimate)"""
+    """label a step by the fraction of its rollouts that reach the gold answer (soft); off: 1 if any (hard)"""
     aggregation: str = "min"
     """how the PRM's step probabilities make one score per solution: min or product"""
     best_of_n: int = 8
@@ -218,21 +193,41 @@ def n_grid(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
+    """Refuse bad flags before any run directory is written or any network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("num_prompts", args.num_prompts >= 1, ">= 1"),
+        ("samples_per_prompt", args.samples_per_prompt >= 1, ">= 1"),
+        ("num_rollouts", args.num_rollouts >= 1, ">= 1 (a step label needs a rollout)"),
+        ("best_of_n", args.best_of_n >= 1, ">= 1"),
+        ("max_n", args.max_n >= 1, ">= 1"),
+        ("epochs", args.epochs >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < 100**args.digits, "< 100 ** --digits, the number of problems"),
+        (
+            "num_prompts",
+            args.num_prompts <= 100**args.digits - args.num_test,
+            f"<= {100**args.digits - args.num_test}, the training prompts (drawn without replacement)",
+        ),
+        ("best_of_n", args.max_n % max(args.best_of_n, 1) == 0, "a divisor of --max-n"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.model:
         raise ValueError(
             f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/prm_torch.py; "
             "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
             "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
         )
-    if args.num_rollouts < 1:
-        raise ValueError(f"num_rollouts = {args.num_rollouts}: a step label needs at least one rollout")
-    if args.samples_per_prompt < 1:
-        raise ValueError(f"samples_per_prompt = {args.samples_per_prompt} must be at least 1")
     if args.aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation = {args.aggregation!r}: choose one of {AGGREGATIONS}")
-    if args.best_of_n < 1 or args.max_n < 1 or args.max_n % args.best_of_n:
-        raise ValueError(f"best_of_n = {args.best_of_n} must be at least 1 and divide max_n = {args.max_n}")
+        raise ValueError(f"--aggregation {args.aggregation!r}: choose one of {AGGREGATIONS}")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if os.path.exists(path):
@@ -313,6 +308,8 @@ def best_of_n_table(scores, gold, answers, grid):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: the SFT sampler, seeding
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
@@ -341,7 +338,7 @@ def train(args: Args) -> dict:
         tails, key = sample(policy, policy_params, jnp.asarray(prefixes), key, max_new_tokens, 1.0)
         return np.asarray(tails), key
 
-    # ---- training solutions, their Monte Carlo step labels (PRM) and outcome labels (ORM)
+    # ---- 2. Labels: training solutions, their Monte Carlo step labels (PRM) and outcome labels (ORM)
     operands = np.repeat(
         train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)], K, axis=0
     )
@@ -359,7 +356,7 @@ def train(args: Args) -> dict:
     orm_mask[np.arange(len(tokens)), last_index(P, completions)] = 1.0  # the last token: <eos>
     orm_labels = orm_mask * outcome[:, None]
 
-    # ---- held-out candidates: max_n SFT samples per test prompt, gold-verified
+    # ---- 3. Candidates: max_n SFT samples per held-out prompt, gold-verified
     test_operands = np.repeat(test_pairs, args.max_n, axis=0)
     test_completions, key = rollout(tasks.encode_prompts(test_operands, args.digits), C, key)
     test_tokens = jnp.asarray(
@@ -378,7 +375,7 @@ def train(args: Args) -> dict:
     test_gold = tasks.verify(test_operands, test_completions, args.digits).reshape(-1, args.max_n)
     test_answers = np.array([tasks.decode(c) for c in test_completions]).reshape(-1, args.max_n)
 
-    # PRM and ORM: two copies of the SFT transformer, same head, same data, same steps.
+    # ---- 4. Reward models: two copies of the SFT transformer, same head, same data, same steps
     model = StepRewardModel(policy.config)
     key, head_key = jax.random.split(key)
     init = model.init(head_key, jnp.zeros((1, P + 1), dtype=jnp.int32))
@@ -409,6 +406,7 @@ def train(args: Args) -> dict:
     def evaluate(grid):
         return best_of_n_table(candidate_scores(), test_gold, test_answers, grid)
 
+    # ---- 5. Update: epochs over the labelled solutions, PRM and ORM alike
     num_solutions = len(tokens)
     steps_per_epoch = -(-num_solutions // args.batch_size)
     total_steps = args.epochs * steps_per_epoch
@@ -430,6 +428,7 @@ def train(args: Args) -> dict:
             )
             solutions_seen += len(idx)
 
+            # ---- 6. Logging
             sps = int(solutions_seen / (time.time() - start_time))
             writer.add_scalar("losses/prm_loss", float(prm_loss), step)
             writer.add_scalar("losses/orm_loss", float(orm_loss), step)
@@ -451,6 +450,7 @@ def train(args: Args) -> dict:
                     file=sys.stderr,
                     flush=True,
                 )
+    # ---- 7. Summary: the best-of-n table for PRM, ORM, majority vote and pass@n
     if args.progress:
         print(file=sys.stderr)
 
@@ -486,4 +486,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

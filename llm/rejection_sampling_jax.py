@@ -1,33 +1,14 @@
 """Rejection sampling fine-tuning (STaR / ReST-EM / expert iteration) with a verifier -- the JAX twin.
 
-For a number of iterations: sample k completions of each of a batch of training prompts from the
-current policy at temperature 1, keep only those the verifier scores correct (optionally at most
-max_per_prompt per prompt, and without exact duplicates), and fine-tune on the kept (prompt,
-completion) pairs with the SFT loss on completion tokens only (prompt and padding after <eos>
-masked out). With a binary reward this is an EM step on the likelihood of success: the kept samples
-are exact draws from pi_old(y|x) restricted to the correct answers, and SFT on them maximises a lower
-bound on log P(correct). By default every iteration fine-tunes the SFT checkpoint afresh on the
-latest policy's samples (ReST-EM); --no-restart-from-sft continues from the last policy (expert
-iteration / RAFT). Starts from the SFT checkpoint (llm/sft_jax.py), trained first when it is
-missing.
-Papers: Zelikman et al. 2022, "STaR: Bootstrapping Reasoning With Reasoning", arXiv:2203.14465;
-        Gulcehre et al. 2023, "Reinforced Self-Training (ReST) for Language Modeling",
-        arXiv:2308.08998; Singh et al. 2023, "Beyond Human Data: Scaling Self-Training for
-        Problem-Solving with Language Models", arXiv:2312.06585 (ReST-EM); Dong et al. 2023, "RAFT:
-        Reward rAnked FineTuning", arXiv:2304.06767.
-Twin:   llm/rejection_sampling_torch.py (`diff llm/rejection_sampling_torch.py llm/rejection_sampling_jax.py` shows only the framework).
+Each iteration samples k completions per training prompt, keeps those the verifier scores correct
+and fine-tunes on them with the SFT loss; by default from the SFT checkpoint afresh (ReST-EM), with
+--no-restart-from-sft from the last policy (expert iteration). Starts from llm/sft_jax.py's checkpoint.
+Papers: Zelikman et al. 2022, "STaR", arXiv:2203.14465; Singh et al. 2023, "Beyond Human Data:
+        Scaling Self-Training for Problem-Solving with Language Models", arXiv:2312.06585 (ReST-EM);
+        Gulcehre et al. 2023, "ReST", arXiv:2308.08998; Dong et al. 2023, "RAFT", arXiv:2304.06767.
+Twin:   llm/rejection_sampling_torch.py (`diff` of the two twins: only the framework).
 Docs:   docs/algorithms/rejection_sampling.md
-
-Verified (tests/): filter_samples on a hand batch (which samples are kept, the per-prompt cap, the
-deduplication) and rejection_sampling_loss on a known-logits case (the prompt and the padding after
-<eos> carry no loss and no gradient) in tests/unit/test_rejection_sampling.py; parity of
-filter_samples, training_batch, rejection_sampling_loss and its gradient with the PyTorch twin within
-1e-4; a smoke run with identical figures for two runs with the same seed; bad input (k below 1, a
-negative cap, a checkpoint of the wrong vocabulary or context); and learning: greedy held-out
-accuracy at least 0.30 above the SFT start after 3 iterations (15,360 completions, GRPO's budget) on
-every one of seeds 1-3 (pytest -m learning).
-Measured gains, seeds 1-3: torch +0.446/+0.440/+0.444, jax +0.444/+0.444/+0.438.
-Reproduce: python llm/rejection_sampling_jax.py --seed 1
+Run:    python llm/rejection_sampling_jax.py --seed 1
 """
 
 import os
@@ -55,13 +36,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """a local Hugging Face causal LM folder (local files only); empty: the tiny LM of llm/tinylm_*.py"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: default_sft_path(args) in log_dir, trained first when missing"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     iterations: int = 3
@@ -69,7 +50,7 @@ class Args:
     prompts_per_iteration: int = 640
     """training prompts sampled (without replacement) in each iteration"""
     samples_per_prompt: int = 8
-    """completions k sampled per prompt (3 x 640 x 8 = 15,360 completions: GRPO's default budget)"""
+    """completions k sampled per prompt"""
     temperature: float = 1.0
     """sampling temperature of the completions"""
     max_per_prompt: int = 0
@@ -77,7 +58,7 @@ class Args:
     dedup: bool = False
     """drop a kept completion identical to an earlier kept completion of the same prompt"""
     restart_from_sft: bool = True
-    """fine-tune the SFT checkpoint afresh each iteration (ReST-EM); --no-restart-from-sft continues from the last policy (expert iteration)"""
+    """start each iteration from the SFT checkpoint (ReST-EM); off: from the last policy (expert iteration)"""
     epochs: int = 2
     """passes over each iteration's kept completions"""
     batch_size: int = 64
@@ -163,31 +144,38 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
+    """Refuse bad flags before any run directory is written or any network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("iterations", args.iterations >= 1, ">= 1"),
+        ("prompts_per_iteration", args.prompts_per_iteration >= 1, ">= 1"),
+        ("samples_per_prompt", args.samples_per_prompt >= 1, ">= 1"),
+        ("temperature", args.temperature > 0, "> 0"),
+        ("max_per_prompt", args.max_per_prompt >= 0, ">= 0 (0: no cap)"),
+        ("epochs", args.epochs >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("warmup_steps", args.warmup_steps >= 1, ">= 1"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("num_test", args.num_test < 100**args.digits, "< 100 ** --digits, the number of problems"),
+        (
+            "prompts_per_iteration",
+            args.prompts_per_iteration <= 100**args.digits - args.num_test,
+            f"<= {100**args.digits - args.num_test}, the training prompts (drawn without replacement)",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.model:
         raise ValueError(
-            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/rejection_sampling_torch.py; "
-            "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
-            "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
-        )
-    if args.samples_per_prompt < 1:
-        raise ValueError(
-            f"samples_per_prompt = {args.samples_per_prompt}: sample at least 1 completion per prompt"
-        )
-    if args.max_per_prompt < 0:
-        raise ValueError(f"max_per_prompt = {args.max_per_prompt} must be 0 (no cap) or positive")
-    if args.temperature <= 0:
-        raise ValueError(f"temperature = {args.temperature} must be positive (rejection sampling samples)")
-    if args.iterations < 1 or args.epochs < 1 or args.batch_size < 1:
-        raise ValueError(
-            f"iterations, epochs and batch_size must be positive (got {args.iterations}, "
-            f"{args.epochs}, {args.batch_size})"
-        )
-    train_prompts = (10**args.digits) ** 2 - args.num_test
-    if not 1 <= args.prompts_per_iteration <= train_prompts:
-        raise ValueError(
-            f"prompts_per_iteration = {args.prompts_per_iteration}: between 1 and the "
-            f"{train_prompts} training prompts (drawn without replacement)"
+            f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only "
+            "(llm/rejection_sampling_torch.py; docs/algorithms/llm.md, 'Real models'): transformers 5 "
+            "removed its Flax models (FlaxAutoModelForCausalLM), so there is no Flax version of an "
+            "arbitrary checkpoint to load"
         )
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
@@ -256,6 +244,8 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: the SFT start, seeding, the frozen SFT copy
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
@@ -300,7 +290,7 @@ def train(args: Args) -> dict:
     tokens_sampled, completions_sampled, grad_steps, loss = 0, 0, 0, jnp.float32(0.0)
     start_time = time.time()
     for it in range(1, args.iterations + 1):
-        # ---- sample k completions of each prompt from the current policy and score them
+        # ---- 2. Rollout: k completions of each prompt from the current policy, scored
         pairs = train_pairs[rng.choice(len(train_pairs), args.prompts_per_iteration, replace=False)]
         pairs = np.repeat(pairs, K, axis=0)
         prompts = tasks.encode_prompts(pairs, args.digits)
@@ -310,7 +300,7 @@ def train(args: Args) -> dict:
         tokens_sampled += int(tasks.completion_mask(completions).sum())
         completions_sampled += len(completions)
 
-        # ---- filter: keep the correct ones (cap and dedup per prompt)
+        # ---- 3. Filter: keep the correct ones (cap and dedup per prompt)
         keep = filter_samples(
             rewards.reshape(-1, K), completions.reshape(-1, K, C), args.max_per_prompt, args.dedup
         ).reshape(-1)
@@ -319,7 +309,7 @@ def train(args: Args) -> dict:
         keep_rate_curve.append((it, keep_rate))
         prompts_solved_curve.append((it, prompts_solved))
 
-        # ---- fine-tune on the kept pairs with the SFT loss (prompt and padding masked out)
+        # ---- 4. Update: fine-tune on the kept pairs with the SFT loss (prompt and padding masked out)
         if args.restart_from_sft:
             params = ref_params  # ReST-EM: from the SFT start
         opt_state = optimizer.init(params)
@@ -336,6 +326,7 @@ def train(args: Args) -> dict:
             params, opt_state, loss = update(params, opt_state, inputs[idx], labels[idx], mask[idx])
         grad_steps += num_steps
 
+        # ---- 5. Evaluation and logging
         test_acc, key = accuracy(model, params, test_pairs, args.digits, key)
         accuracy_curve.append((it, test_acc))
         gain_curve.append((it, test_acc - initial_acc))
@@ -353,8 +344,9 @@ def train(args: Args) -> dict:
         writer.add_scalar("charts/SPS", sps, it)
         if args.progress:
             print(
-                f"\riteration {it:>3d}/{args.iterations}  reward {float(rewards.mean()):.3f}  keep {keep_rate:.3f}  "
-                f"solved {prompts_solved:.3f}  test acc {test_acc:.3f}  tokens/s {sps:6,d}",
+                f"\riteration {it:>3d}/{args.iterations}  reward {float(rewards.mean()):.3f}  "
+                f"keep {keep_rate:.3f}  solved {prompts_solved:.3f}  test acc {test_acc:.3f}  "
+                f"tokens/s {sps:6,d}",
                 end="",
                 file=sys.stderr,
                 flush=True,
@@ -362,6 +354,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 6. Summary: the KL to the SFT start and the run's figures
     wall_time = time.time() - start_time
     kl_to_ref, key = kl_to_reference(model, params, ref_params, test_pairs, args.digits, key)
     writer.close()
@@ -390,4 +383,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,27 +1,13 @@
 """SimPO: simple preference optimisation with a reference-free, length-normalised reward -- the JAX twin.
 
-The SFT policy (llm/sft_jax.py, trained first when its checkpoint is missing) samples K
-completions for each training prompt; pairs of completions the gold scorer (tasks.graded_score) ranks
-differently become preference pairs, labelled with Bradley-Terry label noise (llm/tasks.py), exactly
-as in llm/dpo_jax.py. SimPO's implicit reward is the policy's own length-normalised log-likelihood
-(beta / |y|) log pi(y|x), |y| the completion tokens up to and including <eos>; the loss is
--log sigmoid(reward(y_w) - reward(y_l) - gamma), a Bradley-Terry likelihood with a target margin
-gamma. No reference model in the loss: the SFT policy is kept only to measure kl_to_ref at the end.
+The reward of a completion is (beta / |y|) log pi(y|x), its mean per-token log-likelihood; the loss
+is -log sigmoid(reward(y_w) - reward(y_l) - gamma), with a target margin gamma, on DPO's preference
+pairs; no reference model. Starts from the SFT checkpoint (llm/sft_jax.py), trained first when missing.
 Paper:  Meng, Xia and Chen 2024, "SimPO: Simple Preference Optimization with a Reference-Free
         Reward", arXiv:2405.14734.
-Twin:   llm/simpo_torch.py (`diff llm/simpo_torch.py llm/simpo_jax.py` shows only the framework).
+Twin:   llm/simpo_torch.py (`diff llm/simpo_torch.py llm/simpo_jax.py`: only the framework).
 Docs:   docs/algorithms/simpo.md
-
-Verified (tests/): simpo_loss against hand-computed numbers (beta 2: loss 0.1269 at gamma 0, 0.3133 at
-gamma 1; beta 1: 0.3133 / 0.4741 / 0.6931 at gamma 0 / 0.5 / 1), length normalisation (equal
-per-token log-probs and different lengths give equal SimPO rewards and different summed rewards),
-masking (tokens after <eos> change neither the log-probs, the lengths nor the loss), the gradient's
-direction, parity of simpo_loss (values and gradients), completion_lengths and pair_logps with the
-PyTorch twin within 1e-4, a smoke run with identical figures for two runs with the same seed, bad input,
-and learning: greedy held-out accuracy at least 20 points above the SFT start for each of seeds 1-3
-(pytest -m learning; runs in docs/algorithms/simpo.md).
-Measured gains, seeds 1-3: torch +0.410/+0.426/+0.354, jax +0.400/+0.348/+0.352.
-Reproduce: python llm/simpo_jax.py --seed 1
+Run:    python llm/simpo_jax.py --seed 1
 """
 
 import os
@@ -49,13 +35,13 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     model: str = ""
-    """a local Hugging Face causal LM folder (transformers, local files only; empty: the tiny LM of llm/tinylm_*.py)"""
+    """a local Hugging Face causal LM folder (local files only); empty: the tiny LM of llm/tinylm_*.py"""
     digits: int = 2
     """digits of each operand"""
     num_test: int = 500
     """held-out test prompts (a fixed split, disjoint from the training prompts)"""
     sft_path: str = ""
-    """SFT checkpoint (.npz); empty: sft_<framework>_<digits>d_<sft_steps>steps_seed<seed>.npz in log_dir, trained first when missing; unused with --model"""
+    """SFT checkpoint (.npz); empty: default_sft_path(args) in log_dir, trained first when missing"""
     sft_steps: int = 1500
     """steps of the SFT run made when the checkpoint is missing"""
     num_prompts: int = 2000
@@ -67,13 +53,13 @@ class Args:
     beta: float = 2.0
     """SimPO reward scale: the reward is beta times the mean per-token log-prob of the completion"""
     gamma: float = 1.0
-    """target reward margin (in reward units, TRL's simpo_gamma): the chosen reward must beat the rejected one by gamma"""
+    """target reward margin (reward units, TRL's simpo_gamma): chosen must beat rejected by gamma"""
     epochs: int = 4
     """passes over the preference pairs"""
     batch_size: int = 64
     """pairs per gradient step"""
     learning_rate: float = 1e-5
-    """Adam learning rate (1e-5: with no reference in the loss, DPO's 1e-4 first lifts and then collapses the accuracy)"""
+    """Adam learning rate"""
     max_grad_norm: float = 1.0
     """global gradient-norm clip"""
     eval_every: int = 5
@@ -112,23 +98,38 @@ def default_sft_path(args):
 
 
 def check_args(args):
-    """Bad input stops here, before any run directory is written or any training step is taken."""
+    """Refuse bad flags before any run directory is written or any network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("digits", args.digits >= 1, ">= 1"),
+        ("num_test", args.num_test >= 1, ">= 1"),
+        ("sft_steps", args.sft_steps >= 1, ">= 1"),
+        ("num_prompts", args.num_prompts >= 1, ">= 1"),
+        ("samples_per_prompt", args.samples_per_prompt >= 2, ">= 2 (a pair needs two completions)"),
+        ("label_noise", 0 <= args.label_noise < 0.5, "in [0, 0.5)"),
+        ("beta", args.beta > 0, "> 0"),
+        ("gamma", args.gamma >= 0, ">= 0 (a target margin)"),
+        ("epochs", args.epochs >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("learning_rate", args.learning_rate > 0, "> 0"),
+        ("max_grad_norm", args.max_grad_norm > 0, "> 0"),
+        ("eval_every", args.eval_every >= 1, ">= 1"),
+        ("num_test", args.num_test < 100**args.digits, "< 100 ** --digits, the number of problems"),
+        (
+            "num_prompts",
+            args.num_prompts <= 100**args.digits - args.num_test,
+            f"<= {100**args.digits - args.num_test}, the training prompts (drawn without replacement)",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.model:
         raise ValueError(
             f"--model {args.model}: a Hugging Face model runs in the PyTorch twin only (llm/simpo_torch.py; "
             "docs/algorithms/llm.md, 'Real models'): transformers 5 removed its Flax models "
             "(FlaxAutoModelForCausalLM), so there is no Flax version of an arbitrary checkpoint to load"
         )
-    if args.samples_per_prompt < 2:
-        raise ValueError(
-            f"samples_per_prompt = {args.samples_per_prompt}: a pair needs at least 2 completions"
-        )
-    if not 0.0 <= args.label_noise < 0.5:
-        raise ValueError(f"label_noise = {args.label_noise} must be in [0, 0.5)")
-    if args.beta <= 0.0:
-        raise ValueError(f"beta = {args.beta} must be positive")
-    if args.gamma < 0.0:
-        raise ValueError(f"gamma = {args.gamma} must be non-negative (a target margin)")
     need = tasks.prompt_len(args.digits) + tasks.completion_len(args.digits)
     path = args.sft_path or default_sft_path(args)
     if os.path.exists(path):
@@ -204,6 +205,8 @@ def kl_to_reference(model, params, ref_params, pairs, digits, key):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: the SFT start, seeding
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
@@ -224,7 +227,7 @@ def train(args: Args) -> dict:
     train_pairs, test_pairs = tasks.make_splits(args.digits, args.num_test)
     K, C = args.samples_per_prompt, tasks.completion_len(args.digits)
 
-    # ---- preference data: K samples of the SFT policy per prompt, gold-scored, Bradley-Terry labels
+    # ---- 2. Preference data: K samples of the SFT policy per prompt, gold-scored, Bradley-Terry labels
     operands = train_pairs[rng.choice(len(train_pairs), args.num_prompts, replace=False)]
     prompts = tasks.encode_prompts(operands, args.digits)
     samples, key = sample(model, params, jnp.asarray(prompts).repeat(K, axis=0), key, C, 1.0)
@@ -239,13 +242,14 @@ def train(args: Args) -> dict:
     chosen_lengths = completion_lengths(data["chosen_mask"])
     rejected_lengths = completion_lengths(data["rejected_mask"])
 
-    # ---- the SFT policy, frozen: never in the loss (SimPO is reference-free), kept only to measure
-    # kl_to_ref and the log-prob changes at the end
+    # ---- 3. Reference: the SFT policy, frozen, never in the loss (SimPO is reference-free); kept
+    # only to measure kl_to_ref and the log-prob changes at the end
     logps = jax.jit(lambda params, p, c, m: pair_logps(model, params, p, c, m))
     ref_params = params  # the SFT parameters; the updates below make new pytrees and leave these alone
     ref_chosen = logps(ref_params, data["prompts"], data["chosen"], data["chosen_mask"])
     ref_rejected = logps(ref_params, data["prompts"], data["rejected"], data["rejected_mask"])
 
+    # ---- 4. Update: epochs of minibatch steps over the pairs
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(args.learning_rate))
     opt_state = optimizer.init(params)
 
@@ -289,6 +293,7 @@ def train(args: Args) -> dict:
             chosen_rewards, rejected_rewards, policy_chosen, policy_rejected = aux
             pairs_seen += len(mb)
 
+            # ---- 5. Logging
             margin = float((chosen_rewards - rejected_rewards).mean())
             chosen_logps_curve.append((step, float(policy_chosen.mean())))
             margin_curve.append((step, margin))
@@ -316,6 +321,7 @@ def train(args: Args) -> dict:
                     file=sys.stderr,
                     flush=True,
                 )
+    # ---- 6. Summary: the change on the pair set, the KL to the reference, the run's figures
     if args.progress:
         print(file=sys.stderr)
 
@@ -356,4 +362,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -35,32 +35,10 @@ def load_script(relpath):
 # strings, a range rule for every numeric flag): their anatomy and bad-input tests must fail until they
 # are (strict xfail), and then their name comes off this list.
 NOT_YET_CANONICAL = {
-    "algos/ddpg_jax.py",
-    "algos/ddpg_torch.py",
     "algos/dreamer_jax.py",
     "algos/dreamer_torch.py",
-    "algos/gail_jax.py",
-    "algos/gail_torch.py",
-    "algos/maxent_irl_jax.py",
-    "algos/maxent_irl_torch.py",
-    "algos/mbpo_jax.py",
-    "algos/mbpo_torch.py",
     "algos/pets_jax.py",
     "algos/pets_torch.py",
-    "algos/td3_jax.py",
-    "algos/td3_torch.py",
-    "llm/kto_jax.py",
-    "llm/kto_torch.py",
-    "llm/orpo_jax.py",
-    "llm/orpo_torch.py",
-    "llm/ppo_rlhf_jax.py",
-    "llm/ppo_rlhf_torch.py",
-    "llm/prm_jax.py",
-    "llm/prm_torch.py",
-    "llm/rejection_sampling_jax.py",
-    "llm/rejection_sampling_torch.py",
-    "llm/simpo_jax.py",
-    "llm/simpo_torch.py",
 }
 
 

@@ -64,6 +64,20 @@ VALID = {
     "planning_steps": {0: "no planning: Dyna-Q becomes Q-learning"},
     "kappa": {0.0: "kappa 0: the quantile loss without the Huber part / no exploration bonus", 1.5: POS},
     "dataset_episodes": {0: "0 keeps every episode of the dataset"},
+    "expert_episodes": {0: "0 keeps every expert trajectory"},
+    "disc_learning_rate": {0.0: "a frozen discriminator: the control run", 1.5: POS},
+    "slip": {0.0: "deterministic moves"},
+    "exploration_noise": {0.0: "no action noise: the deterministic policy", 1.5: "a larger noise scale"},
+    "real_ratio": {0.0: "every SAC batch from the model's rollouts"},
+    "model_lr": {1.5: POS},
+    "rollout_min_epoch": {0: "the schedule starts growing at once"},
+    "rollout_max_epoch": {0: "max epoch <= min epoch: a step schedule, the max length from epoch 0"},
+    "desirable_weight": {1.5: "KTO's class weight: any value > 0"},
+    "undesirable_weight": {1.5: "KTO's class weight: any value > 0"},
+    "lam": {0.0: "ORPO's odds-ratio term off: SFT alone", 1.5: COEF},
+    "vf_clip_coef": {1.5: "a wide value clip; any epsilon > 0 is defined"},
+    "target_kl": {1.5: "any positive KL target of the adaptive controller"},
+    "max_per_prompt": {0: "0 keeps every accepted sample of a prompt"},
     "drop_carry": {0.0: "a demonstrator that never drops a carry"},
     "label_noise": {0.0: "noise-free preference labels"},
     "lagrange_threshold": {
@@ -83,7 +97,7 @@ VALID = {
     "prior_eps": {1.5: "a larger priority floor"},
     "noise_clip": {0.0: "no target-policy smoothing", 1.5: "a wider smoothing clip"},
     "policy_noise": {0.0: "no target-policy smoothing", 1.5: "larger smoothing noise"},
-    "return_scale": {0.0: "returns-to-go fed unscaled", 1.5: "any positive scale"},
+    "return_scale": {0.0: "0 picks the environment's scale (RETURN_SCALE)", 1.5: "any positive scale"},
     "weight_decay": {0.0: "no weight decay", 1.5: "a coefficient >= 0"},
     "temperature": {1.5: "sampling temperature > 0"},
     "tol": {1.5: "a coarser stopping tolerance"},
@@ -100,7 +114,9 @@ VALID = {
 }
 
 # The same, for one script only: {script stem without _torch/_jax: {field: {value: reason}}}.
-VALID_IN = {}
+VALID_IN = {
+    "simpo": {"gamma": {1.5: "SimPO's target reward margin: any value >= 0"}},
+}
 
 
 def numeric_fields(args_cls):

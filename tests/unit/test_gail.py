@@ -164,10 +164,12 @@ def test_expert_episodes_out_of_range(script, tmp_path, k, match):
 
 @pytest.mark.parametrize("script", TWINS)
 def test_minibatches_must_divide_the_batch(script, tmp_path):
-    refused(script, tmp_path, "not divisible", num_envs=3, num_steps=10, num_minibatches=4)
+    refused(
+        script, tmp_path, "--num-minibatches must be a divisor", num_envs=3, num_steps=10, num_minibatches=4
+    )
 
 
 @pytest.mark.parametrize("script", TWINS)
 @pytest.mark.parametrize("name", ["disc_steps", "disc_batch_size"])
 def test_discriminator_sizes_must_be_positive(script, tmp_path, name):
-    refused(script, tmp_path, f"{name} = 0 must be at least 1", **{name: 0})
+    refused(script, tmp_path, f"--{name.replace('_', '-')} must be >= 1 \\(got 0\\)", **{name: 0})

@@ -100,9 +100,10 @@ def test_desirable_and_undesirable_weights(script):
 
 @pytest.mark.parametrize("script", TWINS)
 def test_gradient_raises_desirable_lowers_undesirable_and_ignores_z(script):
-    """d loss / d log pi(y_D) = -lambda_D beta s (1 - s) / B with s = sigmoid(beta (r - z)), d loss / d log pi(y_U) =
-    +lambda_U beta s (1 - s) / B with s = sigmoid(beta (z - r)); d loss / d (mismatched policy log-probs) = 0:
-    z is detached. Worked problem, beta 1, lambda_D 2, lambda_U 1: s = sigmoid(0.6), sigmoid(1.4)."""
+    """d loss / d log pi(y_D) = -lambda_D beta s (1 - s) / B with s = sigmoid(beta (r - z)),
+    d loss / d log pi(y_U) = +lambda_U beta s (1 - s) / B with s = sigmoid(beta (z - r));
+    d loss / d (mismatched policy log-probs) = 0: z is detached. Worked problem, beta 1, lambda_D 2,
+    lambda_U 1: s = sigmoid(0.6), sigmoid(1.4)."""
     m = load_script(script)
     beta, lam_d, lam_u = 1.0, 2.0, 1.0
     sd, su = sigmoid(0.6), sigmoid(1.4)
@@ -232,7 +233,7 @@ def test_bad_input_is_refused(script, tmp_path):
         ("num_prompts", 1),
     ]:
         overrides = {field: value} | ({"samples_per_prompt": 1} if field == "num_prompts" else {})
-        with pytest.raises(ValueError, match=field):
+        with pytest.raises(ValueError, match="--" + field.replace("_", "-")):
             m.train(m.Args(**overrides, log_dir=runs, progress=False))
     lm = load_script("llm/tinylm_torch.py")
     lm.save_checkpoint(lm.TinyLM(20, 16, 32, 1, 2), tmp_path / "vocab20.npz")

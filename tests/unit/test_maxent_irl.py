@@ -1,5 +1,6 @@
-"""Tier 1 for MaxEnt IRL: the MaxEnt IRL worked problem (docs/worked_problems.md), soft value iteration and the
-forward pass on a two-state MDP solved by hand, in both twins; the gradient; the gridworld; bad input."""
+"""Tier 1 for MaxEnt IRL: the MaxEnt IRL worked problem (docs/worked_problems.md), soft value iteration
+and the forward pass on a two-state MDP solved by hand, in both twins; the gradient; the gridworld; bad
+input."""
 
 import math
 
@@ -51,7 +52,8 @@ def test_two_state_soft_backup_contracts_by_gamma(script):
 def test_two_state_visitation_by_hand(script):
     """From state 0 under pi(. | 0) = [1/3, 2/3]: d_t(0) = 3^-t, so d_0 = [1, 0], d_1 = [1/3, 2/3],
     d_2 = [1/9, 8/9]. gamma 1/2, horizon 3: D = [1 + 1/6 + 1/36, 1/3 + 2/9] = [43/36, 5/9], summing to
-    1 + 1/2 + 1/4 = 1.75 = (1 - gamma^3) / (1 - gamma). gamma 1: D = [13/9, 14/9], summing to the horizon 3."""
+    1 + 1/2 + 1/4 = 1.75 = (1 - gamma^3) / (1 - gamma). gamma 1: D = [13/9, 14/9], summing to the
+    horizon 3."""
     m, c = load_script(script), conv(script)
     P, _ = two_state()
     pi, start = c([[1 / 3, 2 / 3], [0.5, 0.5]]), c([1.0, 0.0])
@@ -169,11 +171,11 @@ def test_sample_episodes_follow_a_deterministic_policy_without_slip():
     [
         ({"grid": "maze9x9"}, "puddle7x7, open5x5"),
         ({"features": "pixels"}, "cell_type, onehot"),
-        ({"horizon": 0}, "horizon"),
-        ({"num_demos": 0}, "demonstration"),
-        ({"gamma": 1.0}, "gamma"),
-        ({"slip": 1.5}, "slip"),
-        ({"total_steps": 0}, "total_steps"),
+        ({"horizon": 0}, "--horizon"),
+        ({"num_demos": 0}, "--num-demos"),
+        ({"gamma": 1.0}, "--gamma"),
+        ({"slip": 1.5}, "--slip"),
+        ({"total_steps": 0}, "--total-steps"),
     ],
 )
 def test_bad_input_is_refused_before_any_run_directory(script, override, match, tmp_path):

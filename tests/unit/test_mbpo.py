@@ -214,11 +214,11 @@ def test_members_disagree_more_off_the_data(script):
 @pytest.mark.parametrize(
     "override, match",
     [
-        (dict(ensemble_size=0), "ensemble_size = 0"),
-        (dict(rollout_min_length=0), "at least 1 step"),
-        (dict(rollout_max_length=0), "at least 1 step"),
-        (dict(num_elites=8), "num_elites"),
-        (dict(real_ratio=1.5), "real_ratio"),
+        (dict(ensemble_size=0), "--ensemble-size must be >= 1"),
+        (dict(rollout_min_length=0), "--rollout-min-length must be >= 1"),
+        (dict(rollout_max_length=0), "--rollout-max-length must be >= 1"),
+        (dict(num_elites=8), "--num-elites must be <= --ensemble-size"),
+        (dict(real_ratio=1.5), "--real-ratio must be in"),
         (dict(env_id="MountainCarContinuous-v0"), "TERMINATION_FNS"),
     ],
 )

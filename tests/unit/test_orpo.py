@@ -133,10 +133,10 @@ def loss_gradients(script, lam):
 @pytest.mark.parametrize("script", TWINS)
 @pytest.mark.parametrize("lam", [0.1, 1.0])
 def test_gradient_in_the_papers_form(script, lam):
-    """The paper's gradient of L_OR (its eq. 8-10): delta (grad log P_w / (1 - P_w) - grad log P_l / (1 - P_l)),
-    delta = 1 / (1 + odds ratio), with a minus sign for descent; log P is the mean log-prob, so
-    d / d (summed log-probs) adds 1 / |y|; the batch mean adds 1 / B (B = 2). The NLL adds -1 / 6 to each
-    chosen sum (6 chosen tokens in the batch).
+    """The paper's gradient of L_OR (its eq. 8-10):
+    delta (grad log P_w / (1 - P_w) - grad log P_l / (1 - P_l)), delta = 1 / (1 + odds ratio), with a
+    minus sign for descent; log P is the mean log-prob, so d / d (summed log-probs) adds 1 / |y|; the
+    batch mean adds 1 / B (B = 2). The NLL adds -1 / 6 to each chosen sum (6 chosen tokens in the batch).
       pair 0: delta = 1 / (1 + 4.911358) = 0.169166; chosen -0.169166 / 0.259182 / (2 x 4) = -0.081586,
               rejected +0.169166 / 0.632121 / (2 x 3) = +0.044603
       pair 1: delta = 1 / (1 + 2.930051) = 0.254450; chosen -0.254450 / 0.181269 / (2 x 2) = -0.350928,
@@ -152,7 +152,8 @@ def test_gradient_in_the_papers_form(script, lam):
     gc, gr = loss_gradients(script, lam)
     np.testing.assert_allclose(gc, -1.0 / 6.0 + lam * d_or_chosen, atol=1e-5)
     np.testing.assert_allclose(gr, lam * d_or_rejected, atol=1e-5)
-    # L_OR's own gradient (loss at lambda minus loss at 0, over lambda): raises the chosen, lowers the rejected.
+    # L_OR's own gradient (loss at lambda minus loss at 0, over lambda): raises the chosen, lowers
+    # the rejected.
     gc0, gr0 = loss_gradients(script, 0.0)
     assert np.all(gr0 == 0.0)  # no odds-ratio term, no gradient on the rejected completions
     np.testing.assert_allclose((gc - gc0) / lam, d_or_chosen, atol=1e-4)
@@ -211,7 +212,7 @@ def test_bad_input_is_refused(script, tmp_path):
     m = load_script(script)
     runs = str(tmp_path / "runs")
     for field, value in [("samples_per_prompt", 1), ("label_noise", 0.5), ("lam", -0.1), ("batch_size", 0)]:
-        with pytest.raises(ValueError, match=field):
+        with pytest.raises(ValueError, match="--" + field.replace("_", "-")):
             m.train(m.Args(**{field: value}, log_dir=runs, progress=False))
     lm = load_script("llm/tinylm_torch.py")
     lm.save_checkpoint(lm.TinyLM(20, 16, 32, 1, 2), tmp_path / "vocab20.npz")

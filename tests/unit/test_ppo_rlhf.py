@@ -167,11 +167,12 @@ def test_reward_model_checkpoint_round_trip(framework, tmp_path):
 @pytest.mark.parametrize(
     "overrides,match",
     [
-        (dict(temperature=0.0), "temperature"),
-        (dict(prompts_per_step=10, num_minibatches=4), "num_minibatches"),
-        (dict(kl_coef=-0.1), "kl_coef"),
-        (dict(adaptive_kl=True, target_kl=0.0), "adaptive-kl"),
-        (dict(gae_lambda=1.5), "gae_lambda"),
+        (dict(temperature=0.0), "--temperature"),
+        (dict(prompts_per_step=10, num_minibatches=4), "--num-minibatches"),
+        (dict(kl_coef=-0.1), "--kl-coef"),
+        (dict(adaptive_kl=True, target_kl=0.0), "--target-kl"),
+        (dict(adaptive_kl=True, kl_coef=0.0), "adaptive-kl"),
+        (dict(gae_lambda=1.5), "--gae-lambda"),
     ],
 )
 def test_bad_args_are_refused(script, overrides, match, tmp_path):

@@ -195,10 +195,10 @@ def test_train_returns_the_summary_keys(script, tmp_path):
 @pytest.mark.parametrize(
     "field,value,match",
     [
-        ("aggregation", "mean", "aggregation"),
-        ("num_rollouts", 0, "num_rollouts"),
-        ("best_of_n", 3, "best_of_n"),
-        ("samples_per_prompt", 0, "samples_per_prompt"),
+        ("aggregation", "mean", "--aggregation"),
+        ("num_rollouts", 0, "--num-rollouts"),
+        ("best_of_n", 3, "--best-of-n"),
+        ("samples_per_prompt", 0, "--samples-per-prompt"),
     ],
 )
 def test_bad_arguments_are_refused(script, tmp_path, field, value, match):

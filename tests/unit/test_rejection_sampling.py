@@ -189,11 +189,11 @@ def test_policy_improvement_on_a_binary_reward(script):
 @pytest.mark.parametrize(
     "field,value,match",
     [
-        ("samples_per_prompt", 0, "samples_per_prompt"),
-        ("max_per_prompt", -1, "max_per_prompt"),
-        ("temperature", 0.0, "temperature"),
-        ("epochs", 0, "epochs"),
-        ("prompts_per_iteration", 10_000, "prompts_per_iteration"),
+        ("samples_per_prompt", 0, "--samples-per-prompt"),
+        ("max_per_prompt", -1, "--max-per-prompt"),
+        ("temperature", 0.0, "--temperature"),
+        ("epochs", 0, "--epochs"),
+        ("prompts_per_iteration", 10_000, "--prompts-per-iteration"),
     ],
 )
 def test_bad_args_are_refused(script, tmp_path, field, value, match):

@@ -196,7 +196,7 @@ def test_bad_input_is_refused(script, tmp_path):
     m = load_script(script)
     runs = str(tmp_path / "runs")
     for field, value in [("samples_per_prompt", 1), ("label_noise", 0.5), ("beta", 0.0), ("gamma", -0.5)]:
-        with pytest.raises(ValueError, match=field):
+        with pytest.raises(ValueError, match="--" + field.replace("_", "-")):
             m.train(m.Args(**{field: value}, log_dir=runs, progress=False))
     lm = load_script("llm/tinylm_torch.py")
     lm.save_checkpoint(lm.TinyLM(20, 16, 32, 1, 2), tmp_path / "vocab20.npz")

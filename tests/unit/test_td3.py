@@ -54,6 +54,6 @@ def test_discrete_env_is_refused_naming_the_right_scripts(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_warm_up_must_leave_updates(script, tmp_path):
     m = load_script(script)
-    with pytest.raises(ValueError, match="no update"):
+    with pytest.raises(ValueError, match="--total-timesteps must be > --learning-starts"):
         m.train(m.Args(total_timesteps=1000, learning_starts=1000, log_dir=str(tmp_path), progress=False))
     assert not any(tmp_path.iterdir())
