@@ -1,33 +1,14 @@
-"""Dreamer: a recurrent state-space world model, and an actor and a critic trained in imagination -- the JAX twin.
+"""Dreamer: an actor and a critic trained in the imagination of a learned world model -- the JAX twin.
 
-Paper:  Hafner, Lillicrap, Ba and Norouzi 2020, "Dream to Control: Learning Behaviors by Latent
-        Imagination", arXiv:1912.01603 (DreamerV1); KL balancing, the slow critic and the
-        discount weights from Hafner, Lillicrap, Norouzi and Ba 2021, "Mastering Atari with
-        Discrete World Models", arXiv:2010.02193 (DreamerV2); the RSSM from Hafner et al. 2019,
-        "Learning Latent Dynamics for Planning from Pixels", arXiv:1811.04551 (PlaNet).
+An RSSM world model (GRU state h, Gaussian state z, decoder and reward heads) is fit to replayed sequences;
+a tanh-Gaussian actor maximises imagined lambda-returns by backpropagating through the learned dynamics.
+Paper:  Hafner, Lillicrap, Ba and Norouzi 2020, "Dream to Control: Learning Behaviors by Latent Imagination",
+        arXiv:1912.01603; KL balancing, the slow critic and the discount weights from Hafner, Lillicrap,
+        Norouzi and Ba 2021, "Mastering Atari with Discrete World Models", arXiv:2010.02193; the RSSM from
+        Hafner et al. 2019, "Learning Latent Dynamics for Planning from Pixels", arXiv:1811.04551.
 Twin:   algos/dreamer_torch.py (`diff algos/dreamer_torch.py algos/dreamer_jax.py` shows only the framework).
 Docs:   docs/algorithms/dreamer.md
-
-A small state-based Dreamer for vector observations. The world model is an RSSM: a deterministic
-GRU state h_t = f(h_{t-1}, z_{t-1}, a_{t-1}) and a diagonal-Gaussian stochastic state z_t with a
-prior p(z_t | h_t) and a posterior q(z_t | h_t, o_t); a decoder reconstructs o_t and a reward head
-predicts the reward from (h_t, z_t). It is trained on sequence batches cut from a replay of whole
-episodes: reconstruction + reward + the balanced KL (alpha on the prior side, free nats). From every
-posterior state of the batch the actor imagines `horizon` steps in the latent space; a tanh-Gaussian
-actor maximises the lambda-returns of the imagined rewards and slow-critic values by backpropagating
-through the learned dynamics (no likelihood-ratio term), plus an entropy bonus, and the critic
-regresses the same lambda-returns. Pendulum never terminates, so no continuation head is learned and
-every imagined step is discounted by gamma (NEVER_TERMINATES; see the docs page).
-
-Verified (tests/): the Gaussian KL, free nats, the KL balance (its value, and the prior / posterior
-gradient split alpha : 1 - alpha), the lambda-returns and the discount weights on hand numbers, the
-GRU update and the Gaussian head, an imagined rollout through a stub model, bad input, parity with
-the PyTorch twin within 1e-5 (every module-level function and the loss gradients), a smoke run,
-bit-identical curves for two runs with the same seed. final_mean_return is the mean of the last 5 episodes.
-Measured (docs/algorithms/dreamer.md): Pendulum-v1, 6,000 steps (5 random episodes, then 25 with the
-actor), last-5-episode mean: torch seeds 1-3 -198.4 / -178.8 / -644.3, JAX seeds 1-2 -198.4 / -179.4
-(random play: about -1,200).
-Reproduce: python algos/dreamer_jax.py --seed 1
+Run:    python algos/dreamer_jax.py --seed 1
 """
 
 import os
@@ -54,7 +35,7 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
-    """gymnasium environment id (vector observations, Box actions with finite bounds, listed in NEVER_TERMINATES)"""
+    """gymnasium id: vector observations, Box actions with finite bounds, listed in NEVER_TERMINATES"""
     total_timesteps: int = 6_000
     """total environment steps"""
     seed_episodes: int = 5
@@ -62,41 +43,41 @@ class Args:
     train_every: int = 20
     """environment steps between two rounds of updates"""
     train_steps: int = 5
-    """gradient updates (world model, actor, critic) per round"""
+    """gradient updates (world model, actor, critic) per round (paper: 100 per 1,000 steps)"""
     batch_size: int = 16
-    """sequences per update"""
+    """sequences per update (paper: 50)"""
     seq_len: int = 50
     """steps per sequence (cut from one stored episode)"""
     horizon: int = 15
     """imagination horizon H of the actor and critic"""
     gamma: float = 0.99
     """discount factor of the imagined returns"""
-    lambda_: float = 0.95
-    """lambda of the lambda-returns (0: one-step TD targets, 1: Monte Carlo to the horizon plus bootstrap)"""
+    return_lambda: float = 0.95
+    """lambda of the lambda-returns (0: one-step TD targets, 1: rewards to the horizon plus the bootstrap)"""
     kl_balance: float = 0.8
-    """alpha: weight of the KL term that trains the prior (the rest, 1 - alpha, trains the posterior)"""
+    """alpha: the prior's share of the KL gradient, the posterior's is 1 - alpha (DreamerV2's)"""
     free_nats: float = 1.0
-    """the KL loss is clipped from below at this many nats (no pressure once the KL is below it)"""
+    """floor of the KL loss in nats: no KL pressure below it (paper: 3; DreamerV2 on DMC: 1)"""
     kl_scale: float = 1.0
     """weight of the KL loss against reconstruction and reward"""
     entropy_coef: float = 1e-4
-    """weight of the actor's entropy bonus"""
+    """weight of the actor's entropy bonus (DreamerV2's; the paper adds action noise 0.3 instead)"""
     deter_size: int = 64
-    """size of the deterministic GRU state h"""
+    """size of the deterministic GRU state h (paper: 200)"""
     stoch_size: int = 8
-    """size of the stochastic Gaussian state z"""
+    """size of the stochastic Gaussian state z (paper: 30)"""
     hidden_size: int = 64
-    """width of the hidden layers of every network"""
+    """width of the hidden layers of every network (the paper's code: 400)"""
     model_lr: float = 1e-3
-    """Adam learning rate of the world model"""
+    """Adam learning rate of the world model (paper: 6e-4)"""
     actor_lr: float = 3e-4
-    """Adam learning rate of the actor"""
+    """Adam learning rate of the actor (paper: 8e-5)"""
     critic_lr: float = 3e-4
-    """Adam learning rate of the critic"""
+    """Adam learning rate of the critic (paper: 8e-5)"""
     grad_clip: float = 100.0
     """maximal global gradient norm of each of the three optimisers"""
     critic_tau: float = 0.02
-    """Polyak coefficient of the slow critic that gives the lambda-return targets"""
+    """Polyak coefficient of the slow critic that gives the lambda-return targets (1: no slow critic)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -149,7 +130,8 @@ def gru_update(parts, h):
 
 
 def gaussian_kl(mean1, std1, mean2, std2):
-    """KL(N(mean1, std1^2) || N(mean2, std2^2)) of diagonal Gaussians in closed form, summed over the last axis:
+    """KL(N(mean1, std1^2) || N(mean2, std2^2)) of diagonal Gaussians in closed form, summed over the
+    last axis:
 
     log(std2 / std1) + (std1^2 + (mean1 - mean2)^2) / (2 std2^2) - 1/2  per dimension."""
     kl = jnp.log(std2 / std1) + (std1**2 + (mean1 - mean2) ** 2) / (2.0 * std2**2) - 0.5
@@ -160,7 +142,8 @@ def kl_balance_loss(post_mean, post_std, prior_mean, prior_std, alpha, free_nats
     """KL balancing (DreamerV2) with free nats: the same KL(post || prior) twice, each half with a
     stop-gradient on one side, averaged over the batch and clipped from below at free_nats:
 
-        loss = alpha * max(mean KL(sg(post) || prior), free) + (1 - alpha) * max(mean KL(post || sg(prior)), free)
+        loss = alpha * max(mean KL(sg(post) || prior), free)
+             + (1 - alpha) * max(mean KL(post || sg(prior)), free)
 
     The value is max(mean KL, free); the prior gets alpha of the gradient (it learns to predict the
     posterior) and the posterior 1 - alpha (it is regularised towards the prior). Returns (loss, mean KL)."""
@@ -317,7 +300,8 @@ class WorldModel(nn.Module):
         return h, mean, std
 
     def obs_step(self, h, z, action, embed):
-        """(h', prior mean, prior std, posterior mean, posterior std) given the next observation's embedding."""
+        """(h', prior mean, prior std, posterior mean, posterior std), given the next observation's
+        embedding."""
         h, prior_mean, prior_std = self.img_step(h, z, action)
         post_mean, post_std = gaussian_stats(
             self.post_out(nn.elu(self.post_hidden(jnp.concatenate([h, embed], -1)))), MIN_STD
@@ -331,7 +315,8 @@ class WorldModel(nn.Module):
 
 
 class Actor(nn.Module):
-    """Tanh-Gaussian policy on the model state (h, z): an ELU trunk, the mean and log std of u, a = scale tanh(u) + bias."""
+    """Tanh-Gaussian policy on the model state (h, z): an ELU trunk, the mean and log std of u,
+    a = scale tanh(u) + bias."""
 
     action_dim: int
     hidden_size: int
@@ -344,6 +329,26 @@ class Actor(nn.Module):
         log_std = jnp.tanh(layer_init(self.action_dim)(x))
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1.0)
         return mean, log_std
+
+
+def make_networks(obs_dim, action_dim, deter_size, stoch_size, hidden_size, key):
+    """The world model, actor and critic with their initial parameters {"world_model", "actor", "critic"}."""
+    model = WorldModel(obs_dim, deter_size, stoch_size, hidden_size)
+    actor, critic = Actor(action_dim, hidden_size), MLP(hidden_size, 1)
+    model_key, actor_key, critic_key = jax.random.split(key, 3)
+    feat = jnp.zeros((1, deter_size + stoch_size))
+    params = {
+        "world_model": model.init(
+            model_key,
+            jnp.zeros((1, obs_dim)),
+            jnp.zeros((1, deter_size)),
+            jnp.zeros((1, stoch_size)),
+            jnp.zeros((1, action_dim)),
+        ),
+        "actor": actor.init(actor_key, feat),
+        "critic": critic.init(critic_key, feat),
+    }
+    return model, actor, critic, params
 
 
 def observe(model, params, obs, prev_actions, noise):
@@ -376,32 +381,39 @@ def observe(model, params, obs, prev_actions, noise):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.horizon < 1:
-        raise ValueError(f"horizon = {args.horizon}: imagination needs at least one step")
-    if args.free_nats < 0:
-        raise ValueError(
-            f"free_nats = {args.free_nats}: a KL is never negative, so a negative floor means nothing"
-        )
-    if not 0.0 <= args.kl_balance <= 1.0:
-        raise ValueError(f"kl_balance = {args.kl_balance} is the prior's share of the KL gradient, in [0, 1]")
-    if not 0.0 <= args.lambda_ <= 1.0 or not 0.0 < args.gamma <= 1.0:
-        raise ValueError(f"lambda_ = {args.lambda_} must be in [0, 1] and gamma = {args.gamma} in (0, 1]")
-    if args.batch_size < 1 or args.seq_len < 1:
-        raise ValueError(
-            f"batch_size = {args.batch_size}, seq_len = {args.seq_len}: at least one sequence of one step"
-        )
-    if args.seed_episodes < 1 or args.train_every < 1 or args.train_steps < 1:
-        raise ValueError(
-            f"seed_episodes = {args.seed_episodes}, train_every = {args.train_every}, train_steps = "
-            f"{args.train_steps}: each must be at least 1"
-        )
-    if min(args.deter_size, args.stoch_size, args.hidden_size) < 1:
-        raise ValueError("deter_size, stoch_size and hidden_size must be positive")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("seed_episodes", args.seed_episodes >= 1, ">= 1"),
+        ("train_every", args.train_every >= 1, ">= 1"),
+        ("train_steps", args.train_steps >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("seq_len", args.seq_len >= 1, ">= 1"),
+        ("horizon", args.horizon >= 1, ">= 1"),
+        ("gamma", 0 < args.gamma <= 1, "in (0, 1]"),
+        ("return_lambda", 0 <= args.return_lambda <= 1, "in [0, 1]"),
+        ("kl_balance", 0 <= args.kl_balance <= 1, "in [0, 1]"),
+        ("free_nats", args.free_nats >= 0, ">= 0"),
+        ("kl_scale", args.kl_scale >= 0, ">= 0"),
+        ("entropy_coef", args.entropy_coef >= 0, ">= 0"),
+        ("deter_size", args.deter_size >= 1, ">= 1"),
+        ("stoch_size", args.stoch_size >= 1, ">= 1"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("model_lr", args.model_lr > 0, "> 0"),
+        ("actor_lr", args.actor_lr > 0, "> 0"),
+        ("critic_lr", args.critic_lr > 0, "> 0"),
+        ("grad_clip", args.grad_clip > 0, "> 0"),
+        ("critic_tau", 0 < args.critic_tau <= 1, "in (0, 1]"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.env_id not in NEVER_TERMINATES:
         raise ValueError(
-            f"{args.env_id} is not in NEVER_TERMINATES: this script learns no continuation head, so "
-            f"it only runs environments whose episodes end by the time limit alone"
+            f"--env-id {args.env_id} is not in NEVER_TERMINATES: this script learns no continuation head, "
+            f"so it only runs environments whose episodes end by the time limit alone"
         )
     env = gym.make(args.env_id)  # env construction only: no step taken
     space, obs_space, limit = env.action_space, env.observation_space, env.spec.max_episode_steps
@@ -409,40 +421,21 @@ def check_args(args):
     if not isinstance(space, gym.spaces.Box) or not (
         np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))
     ):
-        raise ValueError(f"{args.env_id} needs Box actions with finite bounds (the tanh squashing)")
+        raise ValueError(f"--env-id {args.env_id} needs Box actions with finite bounds (the tanh squashing)")
     if len(obs_space.shape) != 1:
         raise ValueError(
-            f"{args.env_id} has observations of shape {obs_space.shape}; this script is for vectors"
+            f"--env-id {args.env_id} has observations of shape {obs_space.shape}; this script is for vectors"
         )
     if args.seq_len > limit + 1:
         raise ValueError(
-            f"seq_len = {args.seq_len} is longer than an episode ({limit} steps, {limit + 1} observations)"
+            f"--seq-len must be <= {limit + 1}, the observations of one {limit}-step episode "
+            f"(got {args.seq_len})"
         )
-    if args.seed_episodes * limit >= args.total_timesteps:
+    if args.total_timesteps <= args.seed_episodes * limit:
         raise ValueError(
-            f"seed_episodes = {args.seed_episodes} ({args.seed_episodes * limit} steps) leaves no update "
-            f"within total_timesteps = {args.total_timesteps}"
+            f"--total-timesteps must be > --seed-episodes x {limit} = {args.seed_episodes * limit} random "
+            f"steps, or no update happens (got {args.total_timesteps})"
         )
-
-
-def make_networks(obs_dim, action_dim, deter_size, stoch_size, hidden_size, key):
-    """The world model, actor and critic with their initial parameters {"world_model", "actor", "critic"}."""
-    model = WorldModel(obs_dim, deter_size, stoch_size, hidden_size)
-    actor, critic = Actor(action_dim, hidden_size), MLP(hidden_size, 1)
-    model_key, actor_key, critic_key = jax.random.split(key, 3)
-    feat = jnp.zeros((1, deter_size + stoch_size))
-    params = {
-        "world_model": model.init(
-            model_key,
-            jnp.zeros((1, obs_dim)),
-            jnp.zeros((1, deter_size)),
-            jnp.zeros((1, stoch_size)),
-            jnp.zeros((1, action_dim)),
-        ),
-        "actor": actor.init(actor_key, feat),
-        "critic": critic.init(critic_key, feat),
-    }
-    return model, actor, critic, params
 
 
 def evaluate(model_path, env_id, eval_episodes, seed, deter_size, stoch_size, hidden_size):
@@ -482,9 +475,10 @@ def evaluate(model_path, env_id, eval_episodes, seed, deter_size, stoch_size, hi
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
-    jax.config.update(
-        "jax_cpu_enable_async_dispatch", False
-    )  # one small jitted call per env step (see dqn.md)
+
+    # ---- 1. Setup: seeding, environment, networks, optimisers
+    # one small jitted call per environment step: run it on the calling thread (speed only; see dqn.md)
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
     device = jax.devices("cpu")[0] if not args.cuda else jax.devices()[0]
     jax.config.update("jax_default_device", device)
@@ -495,7 +489,7 @@ def train(args: Args) -> dict:
         "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
     )
 
-    # Seeding: python, numpy, jax and the environment.
+    # seeding: python, numpy, jax and the environment
     random.seed(args.seed)
     np.random.seed(args.seed)
     key = jax.random.PRNGKey(args.seed)
@@ -521,9 +515,9 @@ def train(args: Args) -> dict:
         "critic_opt": critic_optimizer.init(params["critic"]),
     }
 
-    # Replay of whole episodes, aligned per observation: obs[t], the action before it (zero at t = 0)
-    # and the reward of that action (none at t = 0: reward_mask 0).
-    # buffers on the host; each sampled batch moves to the device
+    # ---- 2. Replay: whole episodes, cut into sequence batches
+    # Aligned per observation: obs[t], the action before it (zero at t = 0) and the reward of that
+    # action (none at t = 0: reward_mask 0). Stored on the host; each sampled batch moves to the device.
     episodes = []
 
     def sample_batch():
@@ -535,17 +529,19 @@ def train(args: Args) -> dict:
             for k in ("obs", "prev_actions", "rewards", "reward_mask")
         }
 
+    # ---- 3. Update: the world model, then the actor and the critic in imagination
     def policy_sample(actor_params, feat, noise):
         mean, log_std = actor.apply(actor_params, feat)
         return sample_squashed(mean, log_std, noise, action_scale, action_bias)
 
     @jax.jit
     def update(state, batch, key):
-        """One step of the world model, then of the actor and the critic in imagination from its posterior states."""
+        """One step of the world model, then of the actor and the critic in imagination from its
+        posterior states."""
         obs_key, img_key, act_key = jax.random.split(key, 3)
         params = state["params"]
 
-        # ---- world model: reconstruction + reward + balanced KL with free nats
+        # the world model: reconstruction + reward + balanced KL with free nats
         def model_loss_of(wm_params):
             states = observe(
                 model,
@@ -580,7 +576,7 @@ def train(args: Args) -> dict:
         updates, model_opt = model_optimizer.update(model_grads, state["model_opt"])
         wm_params = optax.apply_updates(params["world_model"], updates)
 
-        # ---- imagination from every posterior state of the batch (held fixed), with the updated model
+        # imagination from every posterior state of the batch (held fixed), with the updated model
         n = args.batch_size * args.seq_len
         h0 = jax.lax.stop_gradient(states["h"]).reshape(n, -1)
         z0 = jax.lax.stop_gradient(states["z"]).reshape(n, -1)
@@ -590,7 +586,7 @@ def train(args: Args) -> dict:
         def img_step(h, z, action, noise):
             return model.apply(wm_params, h, z, action, noise, method=WorldModel.imagine_step)
 
-        # ---- actor: maximise the lambda-returns by backpropagating through the imagined dynamics
+        # the actor: maximise the lambda-returns by backpropagating through the imagined dynamics
         def actor_loss_of(actor_params):
             feats, log_probs = imagine(
                 img_step,
@@ -603,7 +599,7 @@ def train(args: Args) -> dict:
             rewards = model.apply(wm_params, feats[1:], method=WorldModel.reward_head)
             values = critic.apply(state["critic_target"], feats[1:]).squeeze(-1)
             discounts = jnp.full_like(rewards, args.gamma)  # NEVER_TERMINATES: no continuation head
-            returns = lambda_returns(rewards, values, discounts, values[-1], args.lambda_)
+            returns = lambda_returns(rewards, values, discounts, values[-1], args.return_lambda)
             weights = jax.lax.stop_gradient(discount_weights(discounts))
             return actor_loss_fn(returns, log_probs, weights, args.entropy_coef), (
                 feats,
@@ -618,7 +614,7 @@ def train(args: Args) -> dict:
         updates, actor_opt = actor_optimizer.update(actor_grads, state["actor_opt"])
         actor_params = optax.apply_updates(params["actor"], updates)
 
-        # ---- critic: regress the lambda-returns on the imagined states s_0..s_{H-1}
+        # the critic: regress the lambda-returns on the imagined states s_0..s_{H-1}
         def critic_loss_of(critic_params):
             return critic_loss_fn(
                 critic.apply(critic_params, jax.lax.stop_gradient(feats[:-1])).squeeze(-1), returns, weights
@@ -627,9 +623,8 @@ def train(args: Args) -> dict:
         critic_loss, critic_grads = jax.value_and_grad(critic_loss_of)(params["critic"])
         updates, critic_opt = critic_optimizer.update(critic_grads, state["critic_opt"])
         critic_params = optax.apply_updates(params["critic"], updates)
-        critic_target = optax.incremental_update(
-            critic_params, state["critic_target"], args.critic_tau
-        )  # slow += tau * (online - slow)
+        # the slow critic: slow += tau * (online - slow)
+        critic_target = optax.incremental_update(critic_params, state["critic_target"], args.critic_tau)
         state = {
             "params": {"world_model": wm_params, "actor": actor_params, "critic": critic_params},
             "critic_target": critic_target,
@@ -648,6 +643,7 @@ def train(args: Args) -> dict:
             "entropy": -log_probs.mean(),
         }
 
+    # acting: one jitted call per environment step, a filter step and a sample of the policy
     @jax.jit
     def filter_and_act(params, h, z, action, obs, key):
         """One filter step on the new observation (a posterior sample) and a sample of the policy; the
@@ -663,6 +659,7 @@ def train(args: Args) -> dict:
         )[0]
         return h, z, policy_action, key
 
+    # the first episode: its first observation, and the filter's zero state
     learning_starts = args.seed_episodes * env.spec.max_episode_steps
     episode_returns, recent, losses, last_print = [], [], {}, 0.0
     start_time = time.time()
@@ -675,7 +672,7 @@ def train(args: Args) -> dict:
     )
 
     for global_step in range(1, args.total_timesteps + 1):
-        # ---- act: random for the seed episodes, then a sample of the policy on the filtered state
+        # ---- 4. Act: random for the seed episodes, then a sample of the policy on the filtered state
         h, z, policy_action, key = filter_and_act(
             state["params"], h, z, action, jnp.asarray(obs, dtype=jnp.float32), key
         )
@@ -687,7 +684,7 @@ def train(args: Args) -> dict:
         for k, v in zip(ep, (obs, np.asarray(action[0]), reward, 1.0)):
             ep[k].append(v)
 
-        # ---- a finished episode goes into the replay whole; the filter restarts from the zero state
+        # ---- 5. Store: a finished episode goes into the replay whole; the filter restarts from zero
         if terminated or truncated:
             episodes.append({k: np.asarray(v, dtype=np.float32) for k, v in ep.items()})
             episode_returns.append((global_step, float(np.sum(ep["rewards"]))))
@@ -707,13 +704,14 @@ def train(args: Args) -> dict:
                 jnp.zeros((1, action_dim)),
             )
 
-        # ---- train_steps updates every train_every steps after the seed episodes
+        # ---- 6. Train: train_steps updates every train_every steps after the seed episodes
         if global_step > learning_starts and global_step % args.train_every == 0:
             for _ in range(args.train_steps):
                 key, update_key = jax.random.split(key)
                 state, losses = update(state, sample_batch(), update_key)
             losses = {k: float(v) for k, v in losses.items()}
 
+        # logging: TensorBoard every 200 steps, and the progress line
         if global_step % 200 == 0 or global_step == args.total_timesteps:
             sps = int(global_step / (time.time() - start_time))
             for name, value in losses.items():
@@ -723,7 +721,8 @@ def train(args: Args) -> dict:
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
                 print(
-                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  "
+                    f"return({RETURN_WINDOW}) {mean_recent:7.1f}  "
                     f"kl {losses.get('kl', float('nan')):.2f}  SPS {sps:6,d}",
                     end="",
                     file=sys.stderr,
@@ -732,6 +731,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 7. Summary: close, save, evaluate
     env.close()
     wall_time = time.time() - start_time
     summary = {
@@ -764,4 +764,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

@@ -1,33 +1,14 @@
-"""Dreamer: a recurrent state-space world model, and an actor and a critic trained in imagination -- the PyTorch twin.
+"""Dreamer: an actor and a critic trained in the imagination of a learned world model -- the PyTorch twin.
 
-Paper:  Hafner, Lillicrap, Ba and Norouzi 2020, "Dream to Control: Learning Behaviors by Latent
-        Imagination", arXiv:1912.01603 (DreamerV1); KL balancing, the slow critic and the
-        discount weights from Hafner, Lillicrap, Norouzi and Ba 2021, "Mastering Atari with
-        Discrete World Models", arXiv:2010.02193 (DreamerV2); the RSSM from Hafner et al. 2019,
-        "Learning Latent Dynamics for Planning from Pixels", arXiv:1811.04551 (PlaNet).
+An RSSM world model (GRU state h, Gaussian state z, decoder and reward heads) is fit to replayed sequences;
+a tanh-Gaussian actor maximises imagined lambda-returns by backpropagating through the learned dynamics.
+Paper:  Hafner, Lillicrap, Ba and Norouzi 2020, "Dream to Control: Learning Behaviors by Latent Imagination",
+        arXiv:1912.01603; KL balancing, the slow critic and the discount weights from Hafner, Lillicrap,
+        Norouzi and Ba 2021, "Mastering Atari with Discrete World Models", arXiv:2010.02193; the RSSM from
+        Hafner et al. 2019, "Learning Latent Dynamics for Planning from Pixels", arXiv:1811.04551.
 Twin:   algos/dreamer_jax.py (`diff algos/dreamer_torch.py algos/dreamer_jax.py` shows only the framework).
 Docs:   docs/algorithms/dreamer.md
-
-A small state-based Dreamer for vector observations. The world model is an RSSM: a deterministic
-GRU state h_t = f(h_{t-1}, z_{t-1}, a_{t-1}) and a diagonal-Gaussian stochastic state z_t with a
-prior p(z_t | h_t) and a posterior q(z_t | h_t, o_t); a decoder reconstructs o_t and a reward head
-predicts the reward from (h_t, z_t). It is trained on sequence batches cut from a replay of whole
-episodes: reconstruction + reward + the balanced KL (alpha on the prior side, free nats). From every
-posterior state of the batch the actor imagines `horizon` steps in the latent space; a tanh-Gaussian
-actor maximises the lambda-returns of the imagined rewards and slow-critic values by backpropagating
-through the learned dynamics (no likelihood-ratio term), plus an entropy bonus, and the critic
-regresses the same lambda-returns. Pendulum never terminates, so no continuation head is learned and
-every imagined step is discounted by gamma (NEVER_TERMINATES; see the docs page).
-
-Verified (tests/): the Gaussian KL, free nats, the KL balance (its value, and the prior / posterior
-gradient split alpha : 1 - alpha), the lambda-returns and the discount weights on hand numbers, the
-GRU update and the Gaussian head, an imagined rollout through a stub model, bad input, parity with
-the JAX twin within 1e-5 (every module-level function and the loss gradients), a smoke run,
-bit-identical curves for two runs with the same seed. final_mean_return is the mean of the last 5 episodes.
-Measured (docs/algorithms/dreamer.md): Pendulum-v1, 6,000 steps (5 random episodes, then 25 with the
-actor), last-5-episode mean: torch seeds 1-3 -198.4 / -178.8 / -644.3, JAX seeds 1-2 -198.4 / -179.4
-(random play: about -1,200).
-Reproduce: python algos/dreamer_torch.py --seed 1
+Run:    python algos/dreamer_torch.py --seed 1
 """
 
 import os
@@ -52,7 +33,7 @@ class Args:
     cuda: bool = True
     """use the GPU when one is present (CleanRL's convention; False pins the CPU)"""
     env_id: str = "Pendulum-v1"
-    """gymnasium environment id (vector observations, Box actions with finite bounds, listed in NEVER_TERMINATES)"""
+    """gymnasium id: vector observations, Box actions with finite bounds, listed in NEVER_TERMINATES"""
     total_timesteps: int = 6_000
     """total environment steps"""
     seed_episodes: int = 5
@@ -60,41 +41,41 @@ class Args:
     train_every: int = 20
     """environment steps between two rounds of updates"""
     train_steps: int = 5
-    """gradient updates (world model, actor, critic) per round"""
+    """gradient updates (world model, actor, critic) per round (paper: 100 per 1,000 steps)"""
     batch_size: int = 16
-    """sequences per update"""
+    """sequences per update (paper: 50)"""
     seq_len: int = 50
     """steps per sequence (cut from one stored episode)"""
     horizon: int = 15
     """imagination horizon H of the actor and critic"""
     gamma: float = 0.99
     """discount factor of the imagined returns"""
-    lambda_: float = 0.95
-    """lambda of the lambda-returns (0: one-step TD targets, 1: Monte Carlo to the horizon plus bootstrap)"""
+    return_lambda: float = 0.95
+    """lambda of the lambda-returns (0: one-step TD targets, 1: rewards to the horizon plus the bootstrap)"""
     kl_balance: float = 0.8
-    """alpha: weight of the KL term that trains the prior (the rest, 1 - alpha, trains the posterior)"""
+    """alpha: the prior's share of the KL gradient, the posterior's is 1 - alpha (DreamerV2's)"""
     free_nats: float = 1.0
-    """the KL loss is clipped from below at this many nats (no pressure once the KL is below it)"""
+    """floor of the KL loss in nats: no KL pressure below it (paper: 3; DreamerV2 on DMC: 1)"""
     kl_scale: float = 1.0
     """weight of the KL loss against reconstruction and reward"""
     entropy_coef: float = 1e-4
-    """weight of the actor's entropy bonus"""
+    """weight of the actor's entropy bonus (DreamerV2's; the paper adds action noise 0.3 instead)"""
     deter_size: int = 64
-    """size of the deterministic GRU state h"""
+    """size of the deterministic GRU state h (paper: 200)"""
     stoch_size: int = 8
-    """size of the stochastic Gaussian state z"""
+    """size of the stochastic Gaussian state z (paper: 30)"""
     hidden_size: int = 64
-    """width of the hidden layers of every network"""
+    """width of the hidden layers of every network (the paper's code: 400)"""
     model_lr: float = 1e-3
-    """Adam learning rate of the world model"""
+    """Adam learning rate of the world model (paper: 6e-4)"""
     actor_lr: float = 3e-4
-    """Adam learning rate of the actor"""
+    """Adam learning rate of the actor (paper: 8e-5)"""
     critic_lr: float = 3e-4
-    """Adam learning rate of the critic"""
+    """Adam learning rate of the critic (paper: 8e-5)"""
     grad_clip: float = 100.0
     """maximal global gradient norm of each of the three optimisers"""
     critic_tau: float = 0.02
-    """Polyak coefficient of the slow critic that gives the lambda-return targets"""
+    """Polyak coefficient of the slow critic that gives the lambda-return targets (1: no slow critic)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10
@@ -147,7 +128,8 @@ def gru_update(parts, h):
 
 
 def gaussian_kl(mean1, std1, mean2, std2):
-    """KL(N(mean1, std1^2) || N(mean2, std2^2)) of diagonal Gaussians in closed form, summed over the last axis:
+    """KL(N(mean1, std1^2) || N(mean2, std2^2)) of diagonal Gaussians in closed form, summed over the
+    last axis:
 
     log(std2 / std1) + (std1^2 + (mean1 - mean2)^2) / (2 std2^2) - 1/2  per dimension."""
     kl = torch.log(std2 / std1) + (std1**2 + (mean1 - mean2) ** 2) / (2.0 * std2**2) - 0.5
@@ -158,7 +140,8 @@ def kl_balance_loss(post_mean, post_std, prior_mean, prior_std, alpha, free_nats
     """KL balancing (DreamerV2) with free nats: the same KL(post || prior) twice, each half with a
     stop-gradient on one side, averaged over the batch and clipped from below at free_nats:
 
-        loss = alpha * max(mean KL(sg(post) || prior), free) + (1 - alpha) * max(mean KL(post || sg(prior)), free)
+        loss = alpha * max(mean KL(sg(post) || prior), free)
+             + (1 - alpha) * max(mean KL(post || sg(prior)), free)
 
     The value is max(mean KL, free); the prior gets alpha of the gradient (it learns to predict the
     posterior) and the posterior 1 - alpha (it is regularised towards the prior). Returns (loss, mean KL)."""
@@ -295,7 +278,8 @@ class WorldModel(nn.Module):
         return h, mean, std
 
     def obs_step(self, h, z, action, embed):
-        """(h', prior mean, prior std, posterior mean, posterior std) given the next observation's embedding."""
+        """(h', prior mean, prior std, posterior mean, posterior std), given the next observation's
+        embedding."""
         h, prior_mean, prior_std = self.img_step(h, z, action)
         post_mean, post_std = gaussian_stats(
             self.post_out(F.elu(self.post_hidden(torch.cat([h, embed], -1)))), MIN_STD
@@ -309,7 +293,8 @@ class WorldModel(nn.Module):
 
 
 class Actor(nn.Module):
-    """Tanh-Gaussian policy on the model state (h, z): an ELU trunk, the mean and log std of u, a = scale tanh(u) + bias."""
+    """Tanh-Gaussian policy on the model state (h, z): an ELU trunk, the mean and log std of u,
+    a = scale tanh(u) + bias."""
 
     def __init__(self, feat_dim, action_dim, hidden_size, action_scale, action_bias):
         super().__init__()
@@ -358,32 +343,39 @@ def observe(model, obs, prev_actions, noise):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.horizon < 1:
-        raise ValueError(f"horizon = {args.horizon}: imagination needs at least one step")
-    if args.free_nats < 0:
-        raise ValueError(
-            f"free_nats = {args.free_nats}: a KL is never negative, so a negative floor means nothing"
-        )
-    if not 0.0 <= args.kl_balance <= 1.0:
-        raise ValueError(f"kl_balance = {args.kl_balance} is the prior's share of the KL gradient, in [0, 1]")
-    if not 0.0 <= args.lambda_ <= 1.0 or not 0.0 < args.gamma <= 1.0:
-        raise ValueError(f"lambda_ = {args.lambda_} must be in [0, 1] and gamma = {args.gamma} in (0, 1]")
-    if args.batch_size < 1 or args.seq_len < 1:
-        raise ValueError(
-            f"batch_size = {args.batch_size}, seq_len = {args.seq_len}: at least one sequence of one step"
-        )
-    if args.seed_episodes < 1 or args.train_every < 1 or args.train_steps < 1:
-        raise ValueError(
-            f"seed_episodes = {args.seed_episodes}, train_every = {args.train_every}, train_steps = "
-            f"{args.train_steps}: each must be at least 1"
-        )
-    if min(args.deter_size, args.stoch_size, args.hidden_size) < 1:
-        raise ValueError("deter_size, stoch_size and hidden_size must be positive")
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("seed_episodes", args.seed_episodes >= 1, ">= 1"),
+        ("train_every", args.train_every >= 1, ">= 1"),
+        ("train_steps", args.train_steps >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("seq_len", args.seq_len >= 1, ">= 1"),
+        ("horizon", args.horizon >= 1, ">= 1"),
+        ("gamma", 0 < args.gamma <= 1, "in (0, 1]"),
+        ("return_lambda", 0 <= args.return_lambda <= 1, "in [0, 1]"),
+        ("kl_balance", 0 <= args.kl_balance <= 1, "in [0, 1]"),
+        ("free_nats", args.free_nats >= 0, ">= 0"),
+        ("kl_scale", args.kl_scale >= 0, ">= 0"),
+        ("entropy_coef", args.entropy_coef >= 0, ">= 0"),
+        ("deter_size", args.deter_size >= 1, ">= 1"),
+        ("stoch_size", args.stoch_size >= 1, ">= 1"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("model_lr", args.model_lr > 0, "> 0"),
+        ("actor_lr", args.actor_lr > 0, "> 0"),
+        ("critic_lr", args.critic_lr > 0, "> 0"),
+        ("grad_clip", args.grad_clip > 0, "> 0"),
+        ("critic_tau", 0 < args.critic_tau <= 1, "in (0, 1]"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     if args.env_id not in NEVER_TERMINATES:
         raise ValueError(
-            f"{args.env_id} is not in NEVER_TERMINATES: this script learns no continuation head, so "
-            f"it only runs environments whose episodes end by the time limit alone"
+            f"--env-id {args.env_id} is not in NEVER_TERMINATES: this script learns no continuation head, "
+            f"so it only runs environments whose episodes end by the time limit alone"
         )
     env = gym.make(args.env_id)  # env construction only: no step taken
     space, obs_space, limit = env.action_space, env.observation_space, env.spec.max_episode_steps
@@ -391,19 +383,20 @@ def check_args(args):
     if not isinstance(space, gym.spaces.Box) or not (
         np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))
     ):
-        raise ValueError(f"{args.env_id} needs Box actions with finite bounds (the tanh squashing)")
+        raise ValueError(f"--env-id {args.env_id} needs Box actions with finite bounds (the tanh squashing)")
     if len(obs_space.shape) != 1:
         raise ValueError(
-            f"{args.env_id} has observations of shape {obs_space.shape}; this script is for vectors"
+            f"--env-id {args.env_id} has observations of shape {obs_space.shape}; this script is for vectors"
         )
     if args.seq_len > limit + 1:
         raise ValueError(
-            f"seq_len = {args.seq_len} is longer than an episode ({limit} steps, {limit + 1} observations)"
+            f"--seq-len must be <= {limit + 1}, the observations of one {limit}-step episode "
+            f"(got {args.seq_len})"
         )
-    if args.seed_episodes * limit >= args.total_timesteps:
+    if args.total_timesteps <= args.seed_episodes * limit:
         raise ValueError(
-            f"seed_episodes = {args.seed_episodes} ({args.seed_episodes * limit} steps) leaves no update "
-            f"within total_timesteps = {args.total_timesteps}"
+            f"--total-timesteps must be > --seed-episodes x {limit} = {args.seed_episodes * limit} random "
+            f"steps, or no update happens (got {args.total_timesteps})"
         )
 
 
@@ -445,6 +438,8 @@ def evaluate(model_path, env_id, eval_episodes, seed, deter_size, stoch_size, hi
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, environment, networks, optimisers
     script = os.path.basename(__file__).removesuffix(".py")
     run_dir = os.path.join(args.log_dir, f"{args.env_id}__{script}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
@@ -452,7 +447,7 @@ def train(args: Args) -> dict:
         "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items())
     )
 
-    # Seeding: python, numpy, torch and the environment.
+    # seeding: python, numpy, torch and the environment
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -478,9 +473,9 @@ def train(args: Args) -> dict:
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=args.critic_lr)
     critic_params, target_params = list(critic.parameters()), list(critic_target.parameters())
 
-    # Replay of whole episodes, aligned per observation: obs[t], the action before it (zero at t = 0)
-    # and the reward of that action (none at t = 0: reward_mask 0).
-    # buffers on the host; each sampled batch moves to the device
+    # ---- 2. Replay: whole episodes, cut into sequence batches
+    # Aligned per observation: obs[t], the action before it (zero at t = 0) and the reward of that
+    # action (none at t = 0: reward_mask 0). Stored on the host; each sampled batch moves to the device.
     episodes = []
 
     def sample_batch():
@@ -494,9 +489,11 @@ def train(args: Args) -> dict:
             for k in ("obs", "prev_actions", "rewards", "reward_mask")
         }
 
+    # ---- 3. Update: the world model, then the actor and the critic in imagination
     def update(batch):
-        """One step of the world model, then of the actor and the critic in imagination from its posterior states."""
-        # ---- world model: reconstruction + reward + balanced KL with free nats
+        """One step of the world model, then of the actor and the critic in imagination from its
+        posterior states."""
+        # the world model: reconstruction + reward + balanced KL with free nats
         states = observe(
             model,
             batch["obs"],
@@ -526,7 +523,7 @@ def train(args: Args) -> dict:
         nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         model_optimizer.step()
 
-        # ---- imagination from every posterior state of the batch (held fixed), with the updated model
+        # imagination from every posterior state of the batch (held fixed), with the updated model
         n = args.batch_size * args.seq_len
         h0 = states["h"].detach().reshape(n, -1)
         z0 = states["z"].detach().reshape(n, -1)
@@ -541,26 +538,24 @@ def train(args: Args) -> dict:
         rewards = model.reward(feats[1:]).squeeze(-1)
         values = critic_target(feats[1:]).squeeze(-1)
         discounts = torch.full_like(rewards, args.gamma)  # NEVER_TERMINATES: no continuation head
-        returns = lambda_returns(rewards, values, discounts, values[-1], args.lambda_)
+        returns = lambda_returns(rewards, values, discounts, values[-1], args.return_lambda)
         weights = discount_weights(discounts).detach()
 
-        # ---- actor: maximise the lambda-returns by backpropagating through the imagined dynamics
+        # the actor: maximise the lambda-returns by backpropagating through the imagined dynamics
         actor_loss = actor_loss_fn(returns, log_probs, weights, args.entropy_coef)
         actor_optimizer.zero_grad()
         actor_loss.backward(inputs=list(actor.parameters()))  # the world model is not changed by the actor
         nn.utils.clip_grad_norm_(actor.parameters(), args.grad_clip)
         actor_optimizer.step()
 
-        # ---- critic: regress the lambda-returns on the imagined states s_0..s_{H-1}
+        # the critic: regress the lambda-returns on the imagined states s_0..s_{H-1}
         critic_loss = critic_loss_fn(critic(feats[:-1].detach()).squeeze(-1), returns, weights)
         critic_optimizer.zero_grad()
         critic_loss.backward()
         nn.utils.clip_grad_norm_(critic.parameters(), args.grad_clip)
         critic_optimizer.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(
-                target_params, critic_params, args.critic_tau
-            )  # slow += tau * (online - slow)
+        with torch.no_grad():  # the slow critic: slow += tau * (online - slow)
+            torch._foreach_lerp_(target_params, critic_params, args.critic_tau)
         return {
             "model_loss": model_loss.item(),
             "recon_loss": recon_loss.item(),
@@ -572,6 +567,7 @@ def train(args: Args) -> dict:
             "entropy": -log_probs.mean().item(),
         }
 
+    # the first episode: its first observation, and the filter's zero state
     learning_starts = args.seed_episodes * env.spec.max_episode_steps
     episode_returns, recent, losses, last_print = [], [], {}, 0.0
     start_time = time.time()
@@ -584,7 +580,7 @@ def train(args: Args) -> dict:
     )
 
     for global_step in range(1, args.total_timesteps + 1):
-        # ---- act: random for the seed episodes, then a sample of the policy on the filtered state
+        # ---- 4. Act: random for the seed episodes, then a sample of the policy on the filtered state
         with torch.no_grad():
             embed = model.encoder(torch.as_tensor(obs, dtype=torch.float32, device=device)[None])
             h, _, _, post_mean, post_std = model.obs_step(h, z, action, embed)
@@ -597,7 +593,7 @@ def train(args: Args) -> dict:
         for k, v in zip(ep, (obs, action[0].cpu().numpy(), reward, 1.0)):
             ep[k].append(v)
 
-        # ---- a finished episode goes into the replay whole; the filter restarts from the zero state
+        # ---- 5. Store: a finished episode goes into the replay whole; the filter restarts from zero
         if terminated or truncated:
             episodes.append({k: np.asarray(v, dtype=np.float32) for k, v in ep.items()})
             episode_returns.append((global_step, float(np.sum(ep["rewards"]))))
@@ -617,11 +613,12 @@ def train(args: Args) -> dict:
                 torch.zeros(1, action_dim, device=device),
             )
 
-        # ---- train_steps updates every train_every steps after the seed episodes
+        # ---- 6. Train: train_steps updates every train_every steps after the seed episodes
         if global_step > learning_starts and global_step % args.train_every == 0:
             for _ in range(args.train_steps):
                 losses = update(sample_batch())
 
+        # logging: TensorBoard every 200 steps, and the progress line
         if global_step % 200 == 0 or global_step == args.total_timesteps:
             sps = int(global_step / (time.time() - start_time))
             for name, value in losses.items():
@@ -631,7 +628,8 @@ def train(args: Args) -> dict:
                 last_print = time.time()
                 mean_recent = np.mean(recent) if recent else float("nan")
                 print(
-                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  return({RETURN_WINDOW}) {mean_recent:7.1f}  "
+                    f"\rstep {global_step:>9,d}/{args.total_timesteps:,d}  "
+                    f"return({RETURN_WINDOW}) {mean_recent:7.1f}  "
                     f"kl {losses.get('kl', float('nan')):.2f}  SPS {sps:6,d}",
                     end="",
                     file=sys.stderr,
@@ -640,6 +638,7 @@ def train(args: Args) -> dict:
     if args.progress:
         print(file=sys.stderr)
 
+    # ---- 7. Summary: close, save, evaluate
     env.close()
     wall_time = time.time() - start_time
     summary = {
@@ -674,4 +673,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

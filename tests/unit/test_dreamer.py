@@ -40,7 +40,8 @@ def grads_of(script, f, *args):
 @pytest.mark.parametrize("script", TWINS)
 def test_gaussian_kl_by_hand(script):
     m, c = load_script(script), conv(script)
-    # KL(N(1, 1^2) || N(0, 2^2)) = log(2 / 1) + (1 + (1 - 0)^2) / (2 * 4) - 1/2 = 0.6931472 + 0.25 - 0.5 = 0.4431472
+    # KL(N(1, 1^2) || N(0, 2^2)) = log(2 / 1) + (1 + (1 - 0)^2) / (2 * 4) - 1/2
+    #                            = 0.6931472 + 0.25 - 0.5 = 0.4431472
     np.testing.assert_allclose(
         float(m.gaussian_kl(c([1.0]), c([1.0]), c([0.0]), c([2.0]))), 0.4431472, atol=1e-6
     )
@@ -76,7 +77,8 @@ def test_kl_balance_splits_the_gradient_alpha_to_the_prior(script):
     m = load_script(script)
     # post N(1, 1), prior N(0, 2^2), alpha 0.8, free nats 0. The KL's own gradients:
     #   dKL/d post_mean  = (m1 - m2) / s2^2 = 0.25          dKL/d prior_mean = -0.25
-    #   dKL/d post_std   = -1/s1 + s1 / s2^2 = -0.75        dKL/d prior_std  = 1/s2 - (s1^2 + (m1 - m2)^2) / s2^3 = 0.25
+    #   dKL/d post_std   = -1/s1 + s1 / s2^2 = -0.75
+    #   dKL/d prior_std  = 1/s2 - (s1^2 + (m1 - m2)^2) / s2^3 = 0.25
     # the balance gives the prior alpha = 0.8 of them and the posterior 1 - alpha = 0.2:
     value, (g_pm, g_ps, g_qm, g_qs) = grads_of(
         script,
@@ -161,7 +163,8 @@ def test_world_model_loss_by_hand(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_gru_update_and_gaussian_head_by_hand(script):
     m, c = load_script(script), conv(script)
-    # all gate inputs 0, h = 1: r = 0.5, c = tanh(0) = 0, u = sigmoid(-1) = 0.2689414; h' = (1 - u) * 1 = 0.7310586
+    # all gate inputs 0, h = 1: r = 0.5, c = tanh(0) = 0, u = sigmoid(-1) = 0.2689414;
+    # h' = (1 - u) * 1 = 0.7310586
     np.testing.assert_allclose(
         np.asarray(m.gru_update(c([[0.0, 0.0, 0.0]]), c([[1.0]]))), [[0.7310586]], atol=1e-6
     )
@@ -195,16 +198,16 @@ def test_imagine_through_a_stub_model(script):
 @pytest.mark.parametrize(
     "override, match",
     [
-        (dict(horizon=0), "horizon"),
-        (dict(free_nats=-1.0), "free_nats"),
-        (dict(kl_balance=1.5), "kl_balance"),
-        (dict(lambda_=1.2), "lambda_"),
-        (dict(batch_size=0), "batch_size"),
-        (dict(seq_len=0), "seq_len"),
-        (dict(seq_len=202), "longer than an episode"),
-        (dict(train_steps=0), "train_steps"),
-        (dict(seed_episodes=30), "leaves no update"),
-        (dict(env_id="CartPole-v1"), "NEVER_TERMINATES"),
+        (dict(horizon=0), "^--horizon must be >= 1"),
+        (dict(free_nats=-1.0), "^--free-nats must be >= 0"),
+        (dict(kl_balance=1.5), r"^--kl-balance must be in \[0, 1\]"),
+        (dict(return_lambda=1.2), r"^--return-lambda must be in \[0, 1\]"),
+        (dict(batch_size=0), "^--batch-size must be >= 1"),
+        (dict(seq_len=0), "^--seq-len must be >= 1"),
+        (dict(seq_len=202), "^--seq-len must be <= 201, the observations of one 200-step episode"),
+        (dict(train_steps=0), "^--train-steps must be >= 1"),
+        (dict(seed_episodes=30), "^--total-timesteps must be > --seed-episodes x 200 = 6000 random steps"),
+        (dict(env_id="CartPole-v1"), "^--env-id CartPole-v1 is not in NEVER_TERMINATES"),
     ],
 )
 def test_bad_input_is_refused_before_any_run(script, override, match, tmp_path):
