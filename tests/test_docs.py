@@ -149,3 +149,16 @@ def test_logged_metrics_name_every_tag(page):
     assert section, f"{page.name}: no Logged metrics section"
     missing = sorted(t for s in scripts for t in literal_tags(s) if f"`{t}`" not in section.group(1))
     assert not missing, f"{page.name}: tags not in Logged metrics: {missing}"
+
+
+def test_readme_fits_a_few_screens():
+    """At most 12 KB, table cells of at most 160 characters, and every relative link resolves."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.encode()) <= 12 * 1024, f"README.md: {len(text.encode())} bytes, over 12 KB"
+    cells = [
+        c.strip() for line in text.splitlines() if line.startswith("|") for c in line.strip("|").split(" | ")
+    ]
+    long = [c[:60] for c in cells if len(c) > 160]
+    assert not long, f"README.md: table cells over 160 characters: {long}"
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+        assert (ROOT / target).exists(), f"README.md links to a missing {target}"
