@@ -359,7 +359,7 @@ def solve_threshold(env_id):
     """The 20-episode mean return that counts as solved: 0.9 of DeepSea's optimum; MountainCar's
     flag within 150 steps on average (-150); None elsewhere."""
     if explore_envs.is_deep_sea(env_id):
-        return 0.9 * explore_envs.deep_sea_optimal_return(int(DEEP_SEA_ID.match(env_id).group(2)))
+        return 0.9 * explore_envs.deep_sea_optimal_return(env_id)
     return -150.0 if env_id.startswith("MountainCar") else None
 
 

@@ -360,8 +360,7 @@ def solve_threshold(env_id):
     """The return whose 20-episode mean counts as solved: 0.9 of DeepSea's optimum, -150 on
     MountainCar-v0; None elsewhere."""
     if explore_envs.is_deep_sea(env_id):
-        size = int(explore_envs.ID_PATTERN.match(env_id).group(2))
-        return 0.9 * explore_envs.deep_sea_optimal_return(size)
+        return 0.9 * explore_envs.deep_sea_optimal_return(env_id)
     return MOUNTAIN_CAR_SOLVED if env_id == "MountainCar-v0" else None
 
 

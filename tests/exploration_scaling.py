@@ -111,7 +111,8 @@ def budget_overrides(script, size, episodes, overrides):
 def score(summary, size):
     """(episodes_to_solve, solved, num_episodes) from a run's own episodic_returns."""
     returns = [r for _, r in summary["episodic_returns"]]
-    at = explore_envs.episodes_to_solve(returns, 0.9 * explore_envs.deep_sea_optimal_return(size), WINDOW)
+    solved = 0.9 * explore_envs.deep_sea_optimal_return(f"DeepSea{size}-v0")
+    at = explore_envs.episodes_to_solve(returns, solved, WINDOW)
     return (len(returns) + 1 if at is None else at), at is not None, len(returns)
 
 

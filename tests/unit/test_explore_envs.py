@@ -39,7 +39,7 @@ def test_size_3_optimal_path_by_hand():
     total, cells, observations = play("DeepSea3-v0", right)
     assert cells == [(0, 0), (1, 1), (2, 2)]  # the diagonal
     assert total == pytest.approx(1.0 - 3 * 0.01 / 3)  # 0.99
-    assert total == pytest.approx(explore_envs.deep_sea_optimal_return(3))
+    assert total == pytest.approx(explore_envs.deep_sea_optimal_return("DeepSea3-v0"))
     assert len(observations) == 4  # three steps: the episode lasts exactly N steps
     # one-hot position, row-major; all zeros after the last step
     assert observations[0].tolist() == [1, 0, 0, 0, 0, 0, 0, 0, 0]
@@ -210,3 +210,61 @@ def test_bad_sizes():
         explore_envs.DeepSeaEnv(size=0)
     assert explore_envs.is_deep_sea("DeepSea12-v0") and not explore_envs.is_deep_sea("CartPole-v1")
     assert explore_envs.is_deep_sea("NoisyTVFullDeepSea12-v0")
+
+
+class _Draws:
+    """A stand-in for the env's np_random that returns chosen draws: `random()` the move's uniform
+    draw (0.0: the "right" move fails, 1.0: it succeeds) and `normal()` 0.0, the corner noise's mean
+    (the return is linear in it)."""
+
+    def __init__(self, uniform):
+        self.uniform = uniform
+
+    def random(self, size=None):
+        return self.uniform if size is None else np.full(size, self.uniform)
+
+    def normal(self):
+        return 0.0
+
+    def integers(self, n):
+        return 0
+
+
+def optimum_by_enumeration(env_id):
+    """The optimal expected return by backward induction over every cell, every action and every
+    random outcome of the env's own step(): the one-hot cell is the whole state."""
+    env = gym.make(env_id).unwrapped
+    n = env.size
+    outcomes = [(1.0, 1.0)] if env.deterministic else [(1.0 / n, 0.0), (1.0 - 1.0 / n, 1.0)]
+    value = np.zeros((n + 1, n))  # value[n] = 0: the episode has ended
+    for row in reversed(range(n)):
+        for col in range(n):
+            best = -np.inf
+            for action in range(env.action_space.n):
+                q = 0.0
+                for prob, draw in outcomes:
+                    env.row, env.col, env.np_random = row, col, _Draws(draw)
+                    _, reward, _, _, _ = env.step(action)
+                    q += prob * (reward + value[env.row, env.col])
+                best = max(best, q)
+            value[row, col] = best
+    return value[0, 0]
+
+
+@pytest.mark.parametrize("variant", sorted(explore_envs.VARIANTS))
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
+def test_optimal_return_of_every_variant_matches_enumeration(variant, size):
+    env_id = f"{variant}{size}-v0"
+    assert explore_envs.deep_sea_optimal_return(env_id) == pytest.approx(
+        optimum_by_enumeration(env_id), abs=1e-12
+    )
+
+
+def test_stochastic_optimum_by_hand():
+    # N = 2, p = 1/2: the treasure needs the first move to succeed (1/2); "right" is taken at row 0
+    # always and at row 1 only on the diagonal (1/2): 0.5 - 0.005 * (1 + 0.5) = 0.4925
+    assert explore_envs.deep_sea_optimal_return("DeepSeaStochastic2-v0") == pytest.approx(0.4925)
+    # N = 12: far below the deterministic 0.99, a little above bsuite's always-right 0.3740
+    assert explore_envs.deep_sea_optimal_return("DeepSeaStochastic12-v0") == pytest.approx(0.377515, abs=1e-6)
+    with pytest.raises(ValueError, match="not a DeepSea id"):
+        explore_envs.deep_sea_optimal_return("CartPole-v1")
