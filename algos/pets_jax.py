@@ -1,33 +1,13 @@
 """PETS: probabilistic ensembles with trajectory sampling, CEM model-predictive control -- the JAX twin.
 
+No policy and no value function: an ensemble of probabilistic networks learns the dynamics, and at
+every environment step the cross-entropy method searches action sequences through it (trajectory
+sampling TS-1, the task's known reward), executes the first action of the best plan and replans.
 Paper:  Chua, Calandra, McAllister & Levine 2018, "Deep Reinforcement Learning in a Handful of
         Trials using Probabilistic Dynamics Models", arXiv:1805.12114.
 Twin:   algos/pets_torch.py (`diff algos/pets_torch.py algos/pets_jax.py` shows only the framework).
 Docs:   docs/algorithms/pets.md
-
-No policy network and no value function. An ensemble of `ensemble_size` probabilistic networks
-learns the dynamics: each member maps the normalised (s, a) to a Gaussian over the normalised state
-change s' - s (aleatoric uncertainty: its variance, with a soft-bounded log-variance; epistemic
-uncertainty: the members' disagreement, each member trained on its own bootstrap resample of the
-data). The controller is model-predictive: at every environment step the cross-entropy method
-(CEM) searches over action sequences of `horizon` steps, scoring each candidate by the task's known
-reward summed along `particles` imagined trajectories (trajectory sampling TS-1: at every imagined
-step each particle is sent through a randomly chosen member), executes only the first action of
-the final mean, and replans at the next step from the previous mean shifted by one step. The
-first `warmup_episodes` episodes act uniformly at random; after every episode the ensemble trains
-on all the data collected so far. The reward is the environment's own function of (s, a): this
-script knows Pendulum-v1's (pendulum_reward).
-
-Verified (tests/): the Gaussian NLL and the soft log-variance bounds on hand numbers, the Pendulum
-reward against the environment's, CEM finding the optimum of a known quadratic, MPC with a known
-model driving a 1-D point mass to 0, the ensemble disagreeing more off the data than on it (1-D
-regression), bad input (tests/unit/test_pets.py), parity with the PyTorch twin within 1e-5
-(tests/parity/test_pets.py), a smoke run, bit-identical figures for two runs with the same seed.
-Measured (docs/algorithms/pets.md): Pendulum-v1, 15 episodes = 3,000 steps, seeds 1-10: final_mean_return
-(the mean return of the last 5 episodes, all of them model-predictive) better than -300 on all 20 runs,
-IQM -155 in each twin, the worst -214 (torch) / -210 (JAX), seed 9. The horizon is 25: at 15 seed 3's last
-episode stuck at -1500 in both twins (a short-horizon local optimum, see the docs page).
-Reproduce: python algos/pets_jax.py --seed 1
+Run:    python algos/pets_jax.py --seed 1
 """
 
 import os
@@ -62,27 +42,27 @@ class Args:
     ensemble_size: int = 5
     """number of probabilistic networks in the dynamics ensemble"""
     hidden_size: int = 64
-    """width of the three hidden layers of each member"""
+    """width of the three hidden layers of each member (paper: 200 to 500)"""
     model_lr: float = 1e-3
     """Adam learning rate of the ensemble"""
     model_updates: int = 300
-    """gradient steps of the ensemble after each episode (on all the data so far)"""
+    """Adam steps of the ensemble after each episode, on all the data so far (paper: 5 epochs)"""
     model_batch_size: int = 64
-    """transitions per member per gradient step, drawn from the member's bootstrap resample"""
+    """transitions per member per gradient step, from the member's bootstrap resample (paper: 32)"""
     logvar_bound_coef: float = 0.01
     """weight of the penalty sum(max_logvar) - sum(min_logvar) that keeps the soft bounds tight"""
     horizon: int = 25
-    """planning horizon of the MPC, imagined steps per candidate (15 traps one seed in five: see the docs)"""
+    """planning horizon of the MPC: imagined steps per candidate action sequence"""
     population: int = 100
-    """candidate action sequences per CEM iteration"""
+    """candidate action sequences per CEM iteration (paper: 400 to 500)"""
     num_elites: int = 10
-    """best candidates refitted by CEM"""
+    """best candidates that CEM refits its mean and std to (paper: 40 to 50)"""
     cem_iterations: int = 5
     """CEM iterations per environment step"""
     cem_smoothing: float = 0.1
     """CEM refit: new = smoothing * old + (1 - smoothing) * elite statistic"""
     particles: int = 2
-    """imagined trajectories per candidate (population * particles must be a multiple of ensemble_size)"""
+    """imagined trajectories per candidate, each through random members (TS-1; paper: 20)"""
     save_model: bool = False
     """save the trained ensemble (and its normalisation) to the run directory and evaluate the MPC"""
     eval_episodes: int = 10
@@ -311,32 +291,45 @@ def transition_next_obs(next_obs, infos):
 
 
 def check_args(args):
-    """Bad input stops here, before any environment is built or any step is taken."""
-    if args.ensemble_size < 1:
-        raise ValueError(
-            f"ensemble_size = {args.ensemble_size}: the dynamics ensemble needs at least one member"
-        )
-    if args.horizon < 1:
-        raise ValueError(f"horizon = {args.horizon}: the MPC must plan at least one step ahead")
-    if args.cem_iterations < 1 or args.particles < 1 or args.warmup_episodes < 1 or args.model_updates < 1:
-        raise ValueError("cem_iterations, particles, warmup_episodes and model_updates must be >= 1")
-    if not 1 <= args.num_elites <= args.population:
-        raise ValueError(f"num_elites = {args.num_elites} must be in [1, population = {args.population}]")
-    if (args.population * args.particles) % args.ensemble_size:
-        raise ValueError(
-            f"population * particles = {args.population * args.particles} is not a multiple of "
-            f"ensemble_size = {args.ensemble_size} (TS-1 splits the particles evenly over the members)"
-        )
+    """Refuse bad flags before any environment or network is built (one-line ValueError)."""
+    rules = [  # (field, holds, the rule in words): single-field ranges first, then relations
+        ("seed", args.seed >= 0, ">= 0"),
+        ("total_timesteps", args.total_timesteps >= 1, ">= 1"),
+        ("warmup_episodes", args.warmup_episodes >= 1, ">= 1"),
+        ("ensemble_size", args.ensemble_size >= 1, ">= 1"),
+        ("hidden_size", args.hidden_size >= 1, ">= 1"),
+        ("model_lr", args.model_lr > 0, "> 0"),
+        ("model_updates", args.model_updates >= 1, ">= 1"),
+        ("model_batch_size", args.model_batch_size >= 1, ">= 1"),
+        ("logvar_bound_coef", args.logvar_bound_coef >= 0, ">= 0"),
+        ("horizon", args.horizon >= 1, ">= 1"),
+        ("population", args.population >= 1, ">= 1"),
+        ("num_elites", args.num_elites >= 1, ">= 1"),
+        ("cem_iterations", args.cem_iterations >= 1, ">= 1"),
+        ("cem_smoothing", 0 <= args.cem_smoothing < 1, "in [0, 1)"),
+        ("particles", args.particles >= 1, ">= 1"),
+        ("eval_episodes", args.eval_episodes >= 1, ">= 1"),
+        ("num_elites", args.num_elites <= args.population, "<= --population"),
+        # TS-1 sends equal groups of the population * particles rows through the members
+        (
+            "population",
+            args.ensemble_size >= 1 and args.population * args.particles % args.ensemble_size == 0,
+            "such that --population * --particles is a multiple of --ensemble-size",
+        ),
+    ]
+    for name, holds, rule in rules:
+        if not holds:
+            raise ValueError(f"--{name.replace('_', '-')} must be {rule} (got {getattr(args, name)})")
     space = gym.make(args.env_id).action_space  # env construction only: no step taken
     if not isinstance(space, gym.spaces.Box):
         raise ValueError(
-            f"{args.env_id} has a {type(space).__name__} action space; this script is "
-            f"for Box actions. For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
+            f"--env-id {args.env_id} has {type(space).__name__} actions; this script is for Box actions. "
+            f"For discrete actions use algos/dqn_jax.py or algos/ppo_jax.py"
         )
     if args.env_id not in KNOWN_REWARDS:
         raise ValueError(
-            f"PETS plans with the task's known reward function; this script knows it for "
-            f"{', '.join(KNOWN_REWARDS)} only, not {args.env_id}"
+            f"--env-id {args.env_id}: PETS plans with the task's known reward function, and this script "
+            f"knows it for {', '.join(KNOWN_REWARDS)} only"
         )
 
 
@@ -435,6 +428,8 @@ def evaluate(model_path, env_id, eval_episodes, seed, args):
 # ----------------------------------------------------------------------------- training
 def train(args: Args) -> dict:
     check_args(args)
+
+    # ---- 1. Setup: seeding, the environment, the ensemble and its optimiser, the planner, the data
     # One small jitted call per environment step: run it on the calling thread (docs/contributing.md).
     jax.config.update("jax_cpu_enable_async_dispatch", False)
     # JAX puts arrays on its default backend: the GPU with jax[cuda] installed; --no-cuda pins the CPU
@@ -478,7 +473,7 @@ def train(args: Args) -> dict:
     obs, _ = envs.reset(seed=args.seed)
 
     for global_step in range(1, args.total_timesteps + 1):
-        # ---- act: random during the warm-up episodes, then the MPC through the model
+        # ---- 2. Act: random during the warm-up episodes, then the MPC through the model
         if not model_fitted:
             actions = envs.action_space.sample()
         else:
@@ -487,7 +482,7 @@ def train(args: Args) -> dict:
         ep_return += reward
         ep_length += 1
 
-        # ---- store; an ended episode's next observation is its true last one, not the reset
+        # ---- 3. Store: an ended episode's next observation is its true last one, not the reset
         real_next_obs = transition_next_obs(next_obs, infos)
         inputs_buf[global_step - 1] = np.concatenate([obs[0], actions[0]])
         targets_buf[global_step - 1] = real_next_obs[0] - obs[0]
@@ -500,7 +495,7 @@ def train(args: Args) -> dict:
             ep_return[i], ep_length[i] = 0.0, 0
             planner.reset()
 
-            # ---- after each episode (past the warm-up): fit the ensemble on all the data so far
+            # ---- 4. Model: after each episode past the warm-up, fit the ensemble on all the data so far
             if len(episode_returns) >= args.warmup_episodes and global_step < args.total_timesteps:
                 params, opt_state, norm, loss = fit_ensemble(
                     model,
@@ -522,6 +517,7 @@ def train(args: Args) -> dict:
                 for name, value in losses.items():
                     writer.add_scalar(f"losses/{name}", value, global_step)
 
+        # SPS and the progress line every 100 steps
         if global_step % 100 == 0 or global_step == args.total_timesteps:
             sps = int(global_step / (time.time() - start_time))
             writer.add_scalar("charts/SPS", sps, global_step)
@@ -535,9 +531,9 @@ def train(args: Args) -> dict:
                     file=sys.stderr,
                     flush=True,
                 )
+    # ---- 5. Summary: close, save, evaluate
     if args.progress:
         print(file=sys.stderr)
-
     envs.close()
     wall_time = time.time() - start_time
     summary = {
@@ -562,4 +558,10 @@ def train(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    args = tyro.cli(Args)
+    try:
+        check_args(args)
+    except ValueError as err:  # a bad flag: one line and exit status 2, as tyro reports its own errors
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    train(args)

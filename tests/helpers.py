@@ -34,7 +34,7 @@ def load_script(relpath):
 # Scripts not yet brought to the canonical edition (a docstring of at most 12 lines, one-line help
 # strings, a range rule for every numeric flag): their anatomy and bad-input tests must fail until they
 # are (strict xfail), and then their name comes off this list.
-NOT_YET_CANONICAL = {"algos/pets_jax.py", "algos/pets_torch.py"}
+NOT_YET_CANONICAL = set()
 
 
 def canonical_params(scripts):

@@ -1,6 +1,8 @@
 """Tier 3: every algorithm script under algos/ and llm/ runs its SMOKE_ARGS budget, writes
 TensorBoard scalars, returns finite figures, and gives the same figures twice with the same seed.
-A new script is covered by being there: nothing here names one."""
+On a machine with no CUDA GPU the second run passes --no-cuda, so the same comparison shows that the
+default --cuda is harmless on the CPU, for every script. A new script is covered by being there:
+nothing here names one."""
 
 import ast
 import math
@@ -15,6 +17,12 @@ from helpers import ROOT, all_finite, canonical_params, load_script, run_train, 
 SCRIPTS = twin_scripts()
 # Keys of a summary that legitimately differ between two runs with the same seed.
 RUN_SPECIFIC = {"sps", "wall_time", "run_dir", "model_path"}
+
+
+def cuda_available():
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def test_scripts_are_found():
@@ -85,7 +93,8 @@ def test_smoke_run(script, tmp_path):
         assert "eval/episodic_return" in tags
         assert math.isfinite(first["eval_mean_return"])
 
-    # Seeding: the same seed on the CPU gives the same run, figure for figure.
-    second = run_train(script, tmp_path / "b", seed=1, **m.SMOKE_ARGS)
+    # Seeding: the same seed on the CPU gives the same run, figure for figure. With no CUDA GPU the
+    # second run pins the CPU (cuda=False), so the default cuda=True must change nothing either.
+    second = run_train(script, tmp_path / "b", seed=1, **{**m.SMOKE_ARGS, "cuda": cuda_available()})
     strip = lambda s: {k: v for k, v in s.items() if k not in RUN_SPECIFIC}
     assert strip(first) == strip(second)

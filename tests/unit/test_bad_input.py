@@ -124,6 +124,10 @@ VALID = {
 # The same, for one script only: {script stem without _torch/_jax: {field: {value: reason}}}.
 VALID_IN = {
     "simpo": {"gamma": {1.5: "SimPO's target reward margin: any value >= 0"}},
+    "pets": {
+        "logvar_bound_coef": {0.0: "the log-variance bound penalty off", 1.5: COEF},
+        "cem_smoothing": {0.0: "no smoothing: CEM refits to the elite statistics alone"},
+    },
 }
 
 
@@ -255,8 +259,18 @@ def counts():
     return tried, refused, accepted
 
 
-if __name__ == "__main__":
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+def count_line():
     tried, refused, accepted = counts()
     n = len([s for s in SCRIPTS if s not in NOT_YET_CANONICAL])
-    print(f"{n} scripts: {tried} bad values tried, {refused} refused, {accepted} accepted by design")
+    return f"{n} scripts: {tried} bad values tried, {refused} refused, {accepted} accepted by design"
+
+
+def test_contributing_states_the_current_counts():
+    """docs/contributing.md quotes the fuzz's counts; they must be today's."""
+    page = (ROOT / "docs" / "contributing.md").read_text()
+    assert count_line() in " ".join(page.split()), f"docs/contributing.md: quote `{count_line()}`"
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    print(count_line())

@@ -6,7 +6,9 @@
   GPU; with a JAX GPU backend, each JAX twin does the same in a fresh interpreter (the test suite
   pins JAX to the CPU in tests/conftest.py). Without one these tests are skipped, with the reason.
 - On a CPU-only machine the flag is harmless: cuda=True and cuda=False give the same run, figure
-  for figure (the smoke test itself runs with the default cuda=True).
+  for figure. tests/smoke/test_smoke.py checks it for every script (its second run is --no-cuda).
+- The GPU runner reads the device each JAX twin selected, whether it set jax_default_device or used a
+  `with jax.default_device(...)` block (the data-parallel twins); that logic is checked on the CPU.
 """
 
 import dataclasses
@@ -84,11 +86,32 @@ import json, math, sys
 sys.path.insert(0, {tests!r})
 import jax
 from helpers import all_finite, load_script, run_train
+# Record the device a script selects: either jax.config.update("jax_default_device", d), or a
+# `with jax.default_device(d):` block, after which the config reads None again.
+selected = []
+_update, _block = jax.config.update, jax.default_device
+def update(name, value):
+    if name == "jax_default_device" and value is not None:
+        selected.append(value.platform)
+    return _update(name, value)
+def block(device):
+    selected.append(device.platform)
+    return _block(device)
+jax.config.update, jax.default_device = update, block
 m = load_script({script!r})
-s = run_train({script!r}, {log_dir!r}, seed=1, cuda=True, **m.SMOKE_ARGS)
+s = run_train({script!r}, {log_dir!r}, seed=1, cuda={cuda!r}, **m.SMOKE_ARGS)
 print(json.dumps({{"finite": all_finite(s), "backend": jax.default_backend(),
-                  "device": jax.config.jax_default_device.platform}}))
+                  "device": selected[-1] if selected else jax.default_backend()}}))
 """
+
+
+def run_jax_runner(script, log_dir, cuda, env):
+    code = RUNNER.format(tests=str(ROOT / "tests"), script=script, log_dir=str(log_dir), cuda=cuda)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("script", JAX_SCRIPTS)
@@ -98,27 +121,16 @@ def test_jax_smoke_on_gpu(script, tmp_path):
             f"needs a JAX GPU backend (jax.default_backend() is {jax_gpu_backend()!r}; "
             f'pip install "jax[cuda12]==0.10.2")'
         )
-    code = RUNNER.format(tests=str(ROOT / "tests"), script=script, log_dir=str(tmp_path))
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=_env_without_cpu_pin(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_jax_runner(script, tmp_path, True, _env_without_cpu_pin())
     assert result["finite"], result
     if HOST_TABLE not in (ROOT / script).read_text():
         assert result["device"] == "gpu", f"{script} ran with cuda=True on {result['device']}"
 
 
-# ----------------------------------------------------------------------------- harmless on the CPU
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only check: this machine has a CUDA GPU")
-@pytest.mark.parametrize("script", ["algos/ppo_torch.py", "algos/dqn_torch.py", "algos/ppo_jax.py"])
-def test_cuda_flag_is_harmless_on_cpu(script, tmp_path):
-    m = load_script(script)
-    on = run_train(script, tmp_path / "on", seed=1, cuda=True, **m.SMOKE_ARGS)
-    off = run_train(script, tmp_path / "off", seed=1, cuda=False, **m.SMOKE_ARGS)
-    assert strip(on) == strip(off)
+# ----------------------------------------------------------------------------- the runner, on the CPU
+@pytest.mark.parametrize("script", ["algos/ppo_ddp_jax.py", "algos/ppo_jax.py"])
+def test_the_gpu_runner_reads_the_selected_device_on_the_cpu(script, tmp_path):
+    """The runner of test_jax_smoke_on_gpu, pinned to the CPU: it must report the device the script
+    chose, for a `with jax.default_device` block (the DDP twins) and for jax_default_device alike."""
+    result = run_jax_runner(script, tmp_path, False, {**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert result == {"finite": True, "backend": "cpu", "device": "cpu"}

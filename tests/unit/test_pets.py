@@ -1,5 +1,5 @@
-"""Tier 1 for PETS: the worked problem "PETS: the Gaussian NLL and the soft log-variance bounds"
-(docs/algorithms/pets.md) by hand, the Pendulum reward against the environment's, CEM on a known
+"""Tier 1 for PETS: worked problem 20, the Gaussian NLL and the soft log-variance bounds
+(docs/worked_problems.md), by hand, the Pendulum reward against the environment's, CEM on a known
 quadratic, MPC with a known model driving a 1-D point mass to 0, the ensemble disagreeing more off
 the data than on it (1-D regression), and bad input; every check in both twins, through the
 scripts' own functions."""
@@ -46,7 +46,8 @@ def test_soft_logvar_bounds_by_hand(script):
     m, c = load_script(script), conv(script)
     out = np.asarray(m.soft_bound_logvar(c([-100.0, 0.5, 100.0]), c([0.5]), c([-10.0])))
     # raw = 0.5 = max: 0.5 - softplus(0) = 0.5 - log 2 = -0.1931472; then
-    # -10 + softplus(9.8068528) = -10 + 9.8068528 + log(1 + e^-9.8068528) = -0.1931472 + 0.0000551 = -0.1930921
+    # -10 + softplus(9.8068528) = -10 + 9.8068528 + log(1 + e^-9.8068528)
+    #   = -0.1931472 + 0.0000551 = -0.1930921
     # raw far below: pinned at min (-10 + softplus(-89.5) = -10); far above: 0.5 - softplus(-99.5) = 0.5,
     # then -10 + softplus(10.5) = 0.5 + log(1 + e^-10.5) = 0.5000275 (the min bound's soft tail)
     np.testing.assert_allclose(out, [-10.0, -0.1930921, 0.5000275], atol=2e-6)
@@ -175,11 +176,13 @@ def optax_adam(lr):
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        (dict(ensemble_size=0), "ensemble_size = 0"),
-        (dict(horizon=0), "horizon = 0"),
-        (dict(num_elites=0), "num_elites"),
-        (dict(population=101), "not a multiple of ensemble_size"),
-        (dict(env_id="MountainCarContinuous-v0"), "known reward"),
+        (dict(ensemble_size=0), r"^--ensemble-size must be >= 1 \(got 0\)$"),
+        (dict(horizon=0), r"^--horizon must be >= 1 \(got 0\)$"),
+        (dict(num_elites=0), r"^--num-elites must be >= 1 \(got 0\)$"),
+        (dict(num_elites=101), r"^--num-elites must be <= --population \(got 101\)$"),
+        (dict(population=101), r"^--population must be such that --population \* --particles is a multiple"),
+        (dict(cem_smoothing=1.0), r"^--cem-smoothing must be in \[0, 1\) \(got 1.0\)$"),
+        (dict(env_id="MountainCarContinuous-v0"), r"^--env-id MountainCarContinuous-v0: .*known reward"),
     ],
 )
 def test_bad_input_is_refused_before_any_run_directory(script, overrides, match, tmp_path):
