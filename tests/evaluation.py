@@ -113,7 +113,7 @@ def curve_band(curves, grid, window=20, reps=2_000, seed=0):
 
 
 # ----------------------------------------------------------------------------- curves and tables
-# What `pytest -m learning` (tests/learning/test_learning.py) and the sweep (tests/sweep.py) write for
+# What `pytest -m learning` (tests/learning/test_learning.py) and the sweep (benchmarks/sweep.py) write for
 # a LearningSpec under docs/assets/curves/.
 CURVES = Path(__file__).resolve().parents[1] / "docs" / "assets" / "curves"
 
@@ -243,8 +243,8 @@ def parse_seeds(text):
 
 def run_sweep_process(script, seeds, json_path, log_dir, overrides=(), metric=None):
     """Run this module's command line on one script in a fresh process (`--workers 1`), writing its
-    per-seed JSON to json_path: the step the table drivers (tests/offline_table.py, tests/llm_table.py)
-    take for each sweep they lack. overrides: "FIELD=VALUE" strings."""
+    per-seed JSON to json_path: the step the table drivers (benchmarks/offline_table.py,
+    benchmarks/llm_table.py) take for each sweep they lack. overrides: "FIELD=VALUE" strings."""
     import subprocess
 
     cmd = [
@@ -284,7 +284,7 @@ def read_sweep(json_path):
 
 def parse_overrides(items):
     """["lr=1e-3", "env_id=Acrobot-v1"] -> {"lr": 0.001, "env_id": "Acrobot-v1"} (the --set flags of
-    this CLI and of tests/benchmark.py)."""
+    this CLI and of benchmarks/speed.py)."""
     out = {}
     for item in items:
         field, value = item.split("=", 1)

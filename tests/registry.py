@@ -875,7 +875,7 @@ REGISTRY = [
         curve="steps_per_episode_curve",
         x_label="episodes",
         smooth=1,
-        note="tests/dyna_q_curves.py --seeds 1-10: episodes_to_greedy_path 2-3, greedy path 14 or 16",
+        note="benchmarks/dyna_q_curves.py --seeds 1-10: episodes_to_greedy_path 2-3, greedy path 14 or 16",
     ),
     LearningSpec(
         "algos/dyna_q_jax.py",
@@ -888,7 +888,7 @@ REGISTRY = [
         curve="steps_per_episode_curve",
         x_label="episodes",
         smooth=1,
-        note="tests/dyna_q_curves.py --seeds 1-10: episodes_to_greedy_path 2, greedy path 14 or 16",
+        note="benchmarks/dyna_q_curves.py --seeds 1-10: episodes_to_greedy_path 2, greedy path 14 or 16",
     ),
     LearningSpec(
         "algos/pets_torch.py",

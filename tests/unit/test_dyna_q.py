@@ -316,7 +316,7 @@ def test_continuous_actions_are_refused(script, tmp_path):
 def test_planning_reaches_the_goal_in_fewer_real_steps_than_q_learning(script, tmp_path):
     """The Dyna maze, seeds 1-3: with 50 planning updates per real step the greedy policy first leads
     from start to goal after fewer real steps than with none (plain Q-learning). Measured on seeds
-    1-10 (tests/dyna_q_curves.py): n = 50 after 175-1,606 real steps (episode 2-3), n = 0 after
+    1-10 (benchmarks/dyna_q_curves.py): n = 50 after 175-1,606 real steps (episode 2-3), n = 0 after
     3,303-7,902 (episode 20-36), so each seed is compared with its own Q-learning run."""
     for seed in (1, 2, 3):
         dyna = run_train(

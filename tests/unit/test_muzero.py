@@ -5,13 +5,15 @@ visit-count temperature, the observation scaling (the true last observation scal
 with a perfect model of a depth-2 tree that must see past an immediate-reward bait, and bad input;
 every check in both twins, through the scripts' own functions."""
 
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 
-from helpers import is_torch, load_script, run_train
+from helpers import ROOT, is_torch, load_script, run_train
 
 TWINS = ["algos/muzero_torch.py", "algos/muzero_jax.py"]
 
@@ -246,9 +248,10 @@ def test_bad_input_stops_before_any_work(script, override, match, tmp_path):
 
 # ----------------------------------------------------------------------------- the true-Q probe
 def test_true_q_probe_replays_the_greedy_episode(tmp_path):
-    """tests/muzero_true_q.py puts the simulator into a saved state of the greedy episode and plays on:
+    """benchmarks/muzero_true_q.py puts the simulator into a saved state of the greedy episode and plays on:
     for the greedy action that must reproduce the rest of the episode itself, step for step, so its
     true Q equals the discounted return of the remaining steps (plus the bootstrap if it was truncated)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
     import muzero_true_q
 
     m = load_script("algos/muzero_jax.py")

@@ -1,13 +1,16 @@
-"""The seed sweep (tests/sweep.py): finds registered specs, runs seeds on each engine with the same
+"""The seed sweep (benchmarks/sweep.py): finds registered specs, runs seeds on each engine with the same
 figures, and writes the learning suite's files. Value iteration on FrozenLake is the cheap spec
 (seconds per seed)."""
 
 import csv
+import sys
 
 import pytest
 
-import sweep
-from helpers import run_train
+from helpers import ROOT, run_train
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import sweep  # noqa: E402
 
 SPEC = "value_iteration_torch"
 

@@ -1,4 +1,5 @@
-"""A seed-style reference PPO (discrete actions), for the speed comparison in `python tests/benchmark.py ppo`.
+"""A seed-style reference PPO (discrete actions), for the speed comparison of
+`python -m benchmarks.speed ppo`.
 
 Written the way a first, readable PyTorch PPO usually is: a torch.distributions.Categorical in the
 acting loop, a tensor conversion per environment step, a Python loop over epochs and minibatches,

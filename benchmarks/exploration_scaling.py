@@ -9,10 +9,10 @@ episodes_to_solve: the number of episodes after which the mean return of the las
 method is scored the same way). A run that never gets there counts as unsolved and is drawn at the
 budget with a marker.
 
-    python tests/exploration_scaling.py --sizes 4,6,8,10,14,20 --seeds 1-3 \\
+    python -m benchmarks.exploration_scaling --sizes 4,6,8,10,14,20 --seeds 1-3 \\
         --scripts algos/count_bonus_torch.py,algos/rnd_torch.py,algos/icm_torch.py,ppo,dqn
-    python tests/exploration_scaling.py --sizes 4,8 --seeds 1 --scripts ppo --episodes 500   # a quick look
-    python tests/exploration_scaling.py --plot-only                                          # redraw
+    python -m benchmarks.exploration_scaling --sizes 4,8 --seeds 1 --scripts ppo --episodes 500  # a look
+    python -m benchmarks.exploration_scaling --plot-only  # redraw
 
 Methods (--scripts, comma-separated):
   a path, e.g. algos/count_bonus_torch.py    the script with its own defaults (label: its file name);
@@ -43,7 +43,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "algos"))
 import explore_envs  # noqa: E402  registers DeepSea{N}-v0 before any script builds one
 from evaluation import parse_overrides, parse_seeds  # noqa: E402

@@ -1,10 +1,10 @@
 """Seed sweeps of the registered learning runs on Ray (local, or a cluster), with plain
 multiprocessing as the fallback. Not a test.
 
-    python -m tests.sweep ppo_torch --seeds 1-10                 # local Ray if installed, else processes
-    python -m tests.sweep algos/dqn_jax.py --seeds 1-5 --engine processes --workers 2
-    RAY_ADDRESS=ray://head:10001 python -m tests.sweep sac_jax --seeds 1-20   # a Ray cluster
-    python -m tests.sweep ppo_torch --seeds 1-5 --benchmark      # wall time: sequential vs parallel
+    python -m benchmarks.sweep ppo_torch --seeds 1-10                 # local Ray if installed, else processes
+    python -m benchmarks.sweep algos/dqn_jax.py --seeds 1-5 --engine processes --workers 2
+    RAY_ADDRESS=ray://head:10001 python -m benchmarks.sweep sac_jax --seeds 1-20   # a Ray cluster
+    python -m benchmarks.sweep ppo_torch --seeds 1-5 --benchmark      # wall time: sequential vs parallel
 
 ALGO names a registered spec (tests/registry.py) by its script ("algos/ppo_torch.py" or "ppo_torch")
 or its full name ("ppo_rlhf_torch-default-beta0"); with several specs for one script, all of them
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1] / "tests"
 ROOT = TESTS.parent
 sys.path.insert(0, str(TESTS))
 from evaluation import CURVES, format_ci, parse_seeds, run_seeds, summarize, write_curves, write_run_tables  # noqa: E402
@@ -67,17 +67,18 @@ def run_on_ray(script, overrides, seeds, log_dir):
     import ray
 
     if not ray.is_initialized():
-        # The workers import this module (the task below) and tests/helpers.py: tests/ goes on their
-        # path. On a cluster the repository travels as the job's working directory (the workers'
+        # The workers import this module (the task below) and tests/helpers.py: benchmarks/ and tests/
+        # go on their path. On a cluster the repository travels as the job's working directory (the workers'
         # current directory, so the relative entry finds it); locally the workers share this disk.
         if os.environ.get("RAY_ADDRESS"):
             runtime_env = {
                 "working_dir": str(ROOT),
                 "excludes": ["runs/", ".git/", "docs/assets/"],
-                "env_vars": {"PYTHONPATH": "tests"},
+                "env_vars": {"PYTHONPATH": os.pathsep.join(["tests", "benchmarks", "."])},
             }
         else:
-            runtime_env = {"env_vars": {"PYTHONPATH": str(TESTS)}}
+            paths = [str(TESTS), str(ROOT / "benchmarks"), str(ROOT)]
+            runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}
         # no dashboard: it is a web server this script does not need, and it slows the start
         ray.init(runtime_env=runtime_env, log_to_driver=False, include_dashboard=False)
     task = ray.remote(num_cpus=1)(_ray_task)

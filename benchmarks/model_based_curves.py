@@ -1,8 +1,8 @@
 """Sample efficiency on Pendulum-v1: PETS and MBPO against SAC on the same real steps, for
 docs/algorithms/model_based.md. Not a test.
 
-    python tests/model_based_curves.py     # SAC (both twins) at 3,000 steps, seeds 1-5, then the figure
-    python tests/model_based_curves.py --pets-logs runs/pets_torch,runs/pets_jax  # redraw pets.md's too
+    python -m benchmarks.model_based_curves     # SAC (both twins) at 3,000 steps, seeds 1-5, then the figure
+    python -m benchmarks.model_based_curves --pets-logs runs/pets_torch,runs/pets_jax  # redraw pets.md's too
 
 Runs SAC for 3,000 real steps (15 episodes, `learning_starts=400`: two random episodes as MBPO and
 PETS get one, since its default 5,000 would leave no update) and reads every other run from the
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from evaluation import parse_seeds  # noqa: E402
 from helpers import ROOT, run_train  # noqa: E402
 

@@ -2,14 +2,14 @@
 their default budget, `--repeats` times each, interleaved, and prints median wall time and SPS
 (and, for the off-policy scripts, gradient steps per second over the whole run, warm-up included).
 For ppo (folder algos) two more contenders join the same interleaved repeats, with the torch twin's
-Args: a seed-style reference loop (tests/reference_ppo.py) and stable-baselines3's PPO (skipped when
+Args: a seed-style reference loop (benchmarks/reference_ppo.py) and stable-baselines3's PPO (skipped when
 it is not installed); the table then also gives each one's final mean return (last 20 episodes).
 
-    python tests/benchmark.py ppo                 # ppo_torch.py, ppo_jax.py, reference loop, SB3: 400k steps
-    python tests/benchmark.py ppo --repeats 3 --total-timesteps 100000
-    python tests/benchmark.py dqn --set train_frequency=10 --set learning_starts=10000   # other Args
-    python tests/benchmark.py ddp                 # data-parallel PPO: 1 and 2 processes x 4 and 8 envs
-    python tests/benchmark.py ddp --repeats 3 --total-timesteps 200000
+    python -m benchmarks.speed ppo                 # ppo_torch.py, ppo_jax.py, reference loop, SB3: 400k steps
+    python -m benchmarks.speed ppo --repeats 3 --total-timesteps 100000
+    python -m benchmarks.speed dqn --set train_frequency=10 --set learning_starts=10000   # other Args
+    python -m benchmarks.speed ddp                 # data-parallel PPO: 1 and 2 processes x 4 and 8 envs
+    python -m benchmarks.speed ddp --repeats 3 --total-timesteps 200000
 """
 
 import argparse
@@ -20,12 +20,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # reference_ppo, beside this file
 from evaluation import parse_overrides  # noqa: E402
 from helpers import load_script, run_train  # noqa: E402
 
 SB3 = "stable-baselines3 PPO"
-REFERENCE = "tests/reference_ppo.py (seed-style loop)"
+REFERENCE = "benchmarks/reference_ppo.py (seed-style loop)"
 
 
 def gradient_steps(script, summary, overrides):
@@ -173,7 +174,7 @@ def run_ddp(nproc, num_envs, total_timesteps, log_dir):
 
 
 def ddp_main(opts):
-    """`python tests/benchmark.py ddp`: PPO SPS of algos/ppo_ddp_torch.py at 1 process x 4 and x 8
+    """`python -m benchmarks.speed ddp`: PPO SPS of algos/ppo_ddp_torch.py at 1 process x 4 and x 8
     envs and 2 processes x 4 and x 8, interleaved repeats, medians. Two comparisons: the same work
     per process (2 x n vs 1 x n: does a second process add steps per second?) and the same total
     environments (2 x 4 vs 1 x 8: does splitting a fixed batch over two processes speed it up?)."""

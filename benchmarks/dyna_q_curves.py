@@ -6,8 +6,8 @@ Not a test: runs both Dyna-Q twins for n = 0, 5, 50 planning steps over a few se
                                                  goal and first walked a shortest path, wall time
     docs/assets/curves/dyna_q_planning.png       mean real steps per episode against episode, 2-50
 
-    python tests/dyna_q_curves.py                       # seeds 1-5, both twins
-    python tests/dyna_q_curves.py --seeds 1-10 --twins torch
+    python -m benchmarks.dyna_q_curves                       # seeds 1-5, both twins
+    python -m benchmarks.dyna_q_curves --seeds 1-10 --twins torch
 
 Budgets: n = 0 runs 20,000 real steps (it needs up to ~10,000 for 50 episodes and to find its way),
 n = 5 runs 6,000, n = 50 the scripts' default 3,000 (over 100 episodes unless the first, random,
@@ -27,7 +27,7 @@ dyna_q_against_n.runs.csv (one row per run: the real step at which the greedy po
 goal and first walked a shortest path, or nothing when it did not within the budget) and
 dyna_q_against_n.png (those real steps against n, every run and the median over seeds):
 
-    python tests/dyna_q_curves.py --against-n --seeds 1-5    # the figure of docs/algorithms/dyna_q.md
+    python -m benchmarks.dyna_q_curves --against-n --seeds 1-5    # the figure of docs/algorithms/dyna_q.md
 """
 
 import argparse
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from evaluation import parse_seeds  # noqa: E402
 from helpers import ROOT, run_train  # noqa: E402
 

@@ -8,8 +8,8 @@ completion, Monte Carlo on the test prompts) and the median wall time of the met
 shared by every method, is not counted). With --run, missing sweeps are run first, one process at a
 time (the SFT checkpoints of each seed are trained once in --dir/<seed>/ and reused by every method).
 
-    python tests/llm_table.py --run            # run what is missing, print the table, write the CSV
-    python tests/llm_table.py                  # the table from the stored sweeps only
+    python -m benchmarks.llm_table --run            # run what is missing, print the table, write the CSV
+    python -m benchmarks.llm_table                  # the table from the stored sweeps only
 """
 
 import argparse
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from evaluation import read_sweep, run_sweep_process, summarize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ the chosen steps of that episode, for each action a it prints
                                           as the training targets do; with the steps it lasted
 
     python algos/muzero_jax.py --seed 9 --td-steps 50 --learning-starts 1000 --save-model --log-dir runs_probe
-    python tests/muzero_true_q.py runs_probe/CartPole-v1__muzero_jax__9__*/ --steps 0,30,60,100,150
+    python -m benchmarks.muzero_true_q runs_probe/CartPole-v1__muzero_jax__9__*/ --steps 0,30,60,100,150
 
 (the two flags restore the fifty-step defaults under which the docs' probed models were trained; the
 probe itself reads only the network sizes, the search settings and gamma, which did not change).

@@ -7,8 +7,8 @@ seeds, and writes
     docs/assets/curves/bc_dataset_size.png   final return against k (mean over seeds, each seed a dot),
                                              with the expert's reference return
 
-    python tests/bc_dataset_size.py                   # torch twin, k = 1, 2, 5, 10, all; seeds 1-5
-    python tests/bc_dataset_size.py --twin jax --episodes 0 --out bc_default_jax   # the default run only
+    python -m benchmarks.bc_dataset_size                   # torch twin, k = 1, 2, 5, 10, all; seeds 1-5
+    python -m benchmarks.bc_dataset_size --twin jax --episodes 0 --out bc_default_jax   # the default run only
 """
 
 import argparse
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from evaluation import parse_seeds  # noqa: E402
 from helpers import ROOT, load_script, run_train  # noqa: E402
 

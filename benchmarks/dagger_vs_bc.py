@@ -11,9 +11,9 @@ over several seeds and writes
 
 (<n> the iterations run) and prints them.
 
-    python tests/dagger_vs_bc.py                      # torch twin, seeds 1-5, default 10 iterations
-    python tests/dagger_vs_bc.py --twin jax --seeds 1-3
-    python tests/dagger_vs_bc.py --iterations 5      # 1,000 labels: dagger_vs_bc_torch_5it.*
+    python -m benchmarks.dagger_vs_bc                      # torch twin, seeds 1-5, default 10 iterations
+    python -m benchmarks.dagger_vs_bc --twin jax --seeds 1-3
+    python -m benchmarks.dagger_vs_bc --iterations 5      # 1,000 labels: dagger_vs_bc_torch_5it.*
 """
 
 import argparse
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from evaluation import parse_seeds  # noqa: E402
 from helpers import ROOT, load_script, run_train  # noqa: E402
 

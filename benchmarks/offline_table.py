@@ -7,9 +7,9 @@ For each (method, dataset, twin), one sweep of `tests/evaluation.py` (seeds 1-5 
 `normalized_score` of the last evaluation) is stored as JSON in --dir; the table reads those files.
 With --run, missing sweeps are run first, one process at a time.
 
-    python tests/offline_table.py --run                      # torch twins, run what is missing
-    python tests/offline_table.py --run --framework jax      # the JAX twins
-    python tests/offline_table.py                            # the table from the stored sweeps only
+    python -m benchmarks.offline_table --run                      # torch twins, run what is missing
+    python -m benchmarks.offline_table --run --framework jax      # the JAX twins
+    python -m benchmarks.offline_table                            # the table from the stored sweeps only
 """
 
 import argparse
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "algos"))
 import offline_data  # noqa: E402
 from evaluation import read_sweep, run_sweep_process, summarize  # noqa: E402
