@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One intra-op thread per process for torch (read when torch is imported, after this file): the suite
 # runs one worker per core, and extra threads per worker spin against each other (the off-policy
@@ -30,3 +32,25 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # Cache every compile, not only those over JAX's default 1 s: most of the suite's small programs take less.
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _pair_of(test_file):
+    """(torch, JAX) script paths of the pair a test file is named after: tests/<tier>/test_<name>.py."""
+    name = Path(str(test_file)).stem.removeprefix("test_")
+    root = Path(__file__).resolve().parents[1]
+    for folder in ("algos", "llm"):
+        if (root / folder / f"{name}_torch.py").exists():
+            return f"{folder}/{name}_torch.py", f"{folder}/{name}_jax.py"
+    return None
+
+
+@pytest.fixture(scope="module")
+def twins(request):
+    """The two modules of the pair the test file is named after, (torch, JAX): tests/parity/test_ppo.py
+    gets (algos/ppo_torch.py, algos/ppo_jax.py)."""
+    from helpers import load_script
+
+    pair = _pair_of(request.path)
+    if pair is None:
+        raise LookupError(f"{request.path.name} names no pair in algos/ or llm/: define its own `twins`")
+    return tuple(load_script(p) for p in pair)

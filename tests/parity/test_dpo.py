@@ -13,11 +13,6 @@ TOL = 1e-4
 tasks = load_script("llm/tasks.py")
 
 
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("llm/dpo_torch.py"), load_script("llm/dpo_jax.py")
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("beta", [0.05, 0.1, 0.5])
 def test_dpo_loss_and_gradient_parity(twins, seed, beta):

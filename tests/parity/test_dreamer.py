@@ -14,14 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import load_script, torch_dense
+from helpers import torch_dense
 
 TOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("algos/dreamer_torch.py"), load_script("algos/dreamer_jax.py")
 
 
 @pytest.fixture(params=[0, 1, 2])

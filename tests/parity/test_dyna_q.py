@@ -9,15 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import load_script
-
 TOL = 1e-5
 S, A, B = 7, 4, 64  # 64 planning pairs on 7 x 4: many repeat
-
-
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("algos/dyna_q_torch.py"), load_script("algos/dyna_q_jax.py")
 
 
 @pytest.fixture(params=[0, 1, 2])

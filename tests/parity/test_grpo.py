@@ -14,11 +14,6 @@ TOL = 1e-4
 tasks = load_script("llm/tasks.py")
 
 
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("llm/grpo_torch.py"), load_script("llm/grpo_jax.py")
-
-
 @pytest.fixture(params=[0, 1, 2])
 def batch(request):
     rng = np.random.default_rng(request.param)

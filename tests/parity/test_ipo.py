@@ -14,11 +14,6 @@ TOL = 1e-4
 tasks = load_script("llm/tasks.py")
 
 
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("llm/ipo_torch.py"), load_script("llm/ipo_jax.py")
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("beta", [0.1, 0.5, 1.0])
 @pytest.mark.parametrize("scale", [20.0, 3.0])  # sequence sums, and per-token means (--average-logps)

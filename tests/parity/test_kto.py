@@ -14,11 +14,6 @@ TOL = 1e-4
 tasks = load_script("llm/tasks.py")
 
 
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("llm/kto_torch.py"), load_script("llm/kto_jax.py")
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("beta,lam_d,lam_u", [(0.1, 1.0, 1.0), (1.0, 1.0, 1.5), (0.5, 1.33, 1.0)])
 @pytest.mark.parametrize("kl_shift", [0.5, -0.5])  # a positive and a negative (clamped) KL estimate

@@ -7,14 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import load_script, run_train
+from helpers import run_train
 
 TOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("algos/maxent_irl_torch.py"), load_script("algos/maxent_irl_jax.py")
 
 
 @pytest.fixture(params=[0, 1, 2])

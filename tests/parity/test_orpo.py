@@ -14,11 +14,6 @@ TOL = 1e-4
 tasks = load_script("llm/tasks.py")
 
 
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("llm/orpo_torch.py"), load_script("llm/orpo_jax.py")
-
-
 def test_log_odds_parity(twins):
     pt, jx = twins
     x = np.concatenate([-np.geomspace(1e-9, 30.0, 200), [0.0, -1e-6]]).astype(np.float32)

@@ -6,14 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import load_script
-
 TOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("algos/per_dqn_torch.py"), load_script("algos/per_dqn_jax.py")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

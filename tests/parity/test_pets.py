@@ -18,14 +18,7 @@ import optax
 import pytest
 import torch
 
-from helpers import load_script
-
 TOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("algos/pets_torch.py"), load_script("algos/pets_jax.py")
 
 
 @pytest.fixture(params=[0, 1, 2])

@@ -7,14 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import load_script
-
 TOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("algos/reinforce_torch.py"), load_script("algos/reinforce_jax.py")
 
 
 @pytest.fixture(params=[0, 1, 2])

@@ -13,11 +13,6 @@ TOL = 1e-4
 tasks = load_script("llm/tasks.py")
 
 
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("llm/reward_model_torch.py"), load_script("llm/reward_model_jax.py")
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_bradley_terry_parity(twins, seed):
     pt, jx = twins

@@ -14,11 +14,6 @@ TOL = 1e-4
 tasks = load_script("llm/tasks.py")
 
 
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("llm/simpo_torch.py"), load_script("llm/simpo_jax.py")
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("beta,gamma", [(2.0, 1.0), (2.5, 0.0), (0.5, 0.3)])
 def test_simpo_loss_and_gradient_parity(twins, seed, beta, gamma):

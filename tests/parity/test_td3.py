@@ -8,14 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import load_script, torch_to_flax_params
+from helpers import torch_to_flax_params
 
 TOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("algos/td3_torch.py"), load_script("algos/td3_jax.py")
 
 
 @pytest.fixture(params=[0, 1, 2])

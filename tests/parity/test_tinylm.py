@@ -13,11 +13,6 @@ TOL = 1e-4
 tasks = load_script("llm/tasks.py")
 
 
-@pytest.fixture(scope="module")
-def twins():
-    return load_script("llm/tinylm_torch.py"), load_script("llm/tinylm_jax.py")
-
-
 @pytest.fixture(params=["torch", "jax"])
 def checkpoint(request, twins, tmp_path):
     pt, jx = twins
