@@ -146,3 +146,27 @@ def torch_to_flax_params(t_net):
             }
             norm += 1
     return {"params": params}
+
+
+def tiny_policy_and_reference(tmp_path):
+    """The tiny-LM twins' modules, and two torch-initialised checkpoints in tmp_path: policy.npz (seed 0)
+    and ref.npz (seed 1), for the LLM parity tests that run both twins on the same weights."""
+    import torch
+
+    lm_t, lm_j = load_script("llm/tinylm_torch.py"), load_script("llm/tinylm_jax.py")
+    vocab = load_script("llm/tasks.py").VOCAB_SIZE
+    for seed, name in ((0, "policy.npz"), (1, "ref.npz")):
+        torch.manual_seed(seed)
+        lm_t.save_checkpoint(lm_t.TinyLM(vocab, 16, 128, 2, 4), tmp_path / name)
+    return lm_t, lm_j
+
+
+def prompt_completion_tokens(pairs, completions, digits=2):
+    """(inputs, labels, loss mask over the completion tokens, completion mask) of prompts + completions,
+    the next-token layout the LLM scripts train on."""
+    tasks = load_script("llm/tasks.py")
+    comp_mask = tasks.completion_mask(completions)
+    prompts = tasks.encode_prompts(pairs, digits)
+    full = np.concatenate([prompts, completions], axis=1)
+    prompt_mask = np.zeros((len(full), prompts.shape[1] - 1), dtype=np.float32)
+    return full[:, :-1], full[:, 1:], np.concatenate([prompt_mask, comp_mask], axis=1), comp_mask

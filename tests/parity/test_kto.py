@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import load_script
+from helpers import load_script, tiny_policy_and_reference
 
 TOL = 1e-4
 tasks = load_script("llm/tasks.py")
@@ -49,11 +49,7 @@ def test_kto_loss_and_gradient_parity(twins, seed, beta, lam_d, lam_u, kl_shift)
 
 def test_pair_logps_and_kto_loss_on_one_checkpoint(twins, tmp_path):
     pt, jx = twins
-    lm_t, lm_j = load_script("llm/tinylm_torch.py"), load_script("llm/tinylm_jax.py")
-    torch.manual_seed(0)
-    lm_t.save_checkpoint(lm_t.TinyLM(tasks.VOCAB_SIZE, 16, 128, 2, 4), tmp_path / "policy.npz")
-    torch.manual_seed(1)
-    lm_t.save_checkpoint(lm_t.TinyLM(tasks.VOCAB_SIZE, 16, 128, 2, 4), tmp_path / "ref.npz")
+    lm_t, lm_j = tiny_policy_and_reference(tmp_path)  # policy.npz and ref.npz
     rng = np.random.default_rng(0)
     prompts = tasks.encode_prompts(tasks.make_splits(2, 32)[1], 2)
     completions = rng.integers(2, 12, size=(32, 4))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import load_script
+from helpers import load_script, prompt_completion_tokens, tiny_policy_and_reference
 
 TOL = 1e-4
 tasks = load_script("llm/tasks.py")
@@ -80,19 +80,12 @@ def test_rloo_loss_on_one_checkpoint_and_batch(twins, tmp_path):
     """Same weights, same tokens: token log-probs, the KL-shaped leave-one-out advantages and the
     RLOO loss (and its gradient with respect to the per-token log-probs) agree between the twins."""
     pt, jx = twins
-    lm_t, lm_j = load_script("llm/tinylm_torch.py"), load_script("llm/tinylm_jax.py")
-    torch.manual_seed(0)
-    lm_t.save_checkpoint(lm_t.TinyLM(tasks.VOCAB_SIZE, 16, 128, 2, 4), tmp_path / "policy.npz")
-    torch.manual_seed(1)
-    lm_t.save_checkpoint(lm_t.TinyLM(tasks.VOCAB_SIZE, 16, 128, 2, 4), tmp_path / "ref.npz")
+    lm_t, lm_j = tiny_policy_and_reference(tmp_path)  # policy.npz and ref.npz
     rng = np.random.default_rng(0)
     pairs = tasks.make_splits(2, 16)[1].repeat(4, axis=0)
     completions = rng.integers(2, 12, size=(64, 4))
     completions[::5, 2] = tasks.EOS
-    comp_mask = tasks.completion_mask(completions)
-    full = np.concatenate([tasks.encode_prompts(pairs, 2), completions], axis=1)
-    inputs, labels = full[:, :-1], full[:, 1:]
-    mask = np.concatenate([np.zeros((64, 5), dtype=np.float32), comp_mask], axis=1)
+    inputs, labels, mask, comp_mask = prompt_completion_tokens(pairs, completions)
     rewards = tasks.verify(pairs, completions, 2)
     rewards[::8] = 1.0  # make some groups non-uniform
     beta = 0.05

@@ -214,7 +214,7 @@ def test_torchrun_two_processes_end_to_end(tmp_path):
     events = EventAccumulator(str(run_dirs[0]))
     events.Reload()
     tags = events.Tags()["scalars"]
-    for tag in ("charts/reward", "charts/SPS", "losses/grpo_loss", "charts/test_accuracy"):
+    for tag in ("reward", "charts/SPS", "losses/grpo_loss", "charts/test_accuracy"):
         assert tag in tags, tags
     assert [e.step for e in events.Scalars("losses/grpo_loss")] == [1, 2]
 
