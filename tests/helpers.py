@@ -170,3 +170,41 @@ def prompt_completion_tokens(pairs, completions, digits=2):
     full = np.concatenate([prompts, completions], axis=1)
     prompt_mask = np.zeros((len(full), prompts.shape[1] - 1), dtype=np.float32)
     return full[:, :-1], full[:, 1:], np.concatenate([prompt_mask, comp_mask], axis=1), comp_mask
+
+
+def run_gloo_ranks(code, world_size=2, timeout=180):
+    """Run `code` (a python -c program) as `world_size` torch.distributed ranks on this machine, with
+    the environment torchrun would give them (RANK, LOCAL_RANK, WORLD_SIZE, a free loopback port), and
+    assert that every rank exits 0."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(world_size):
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        assert p.returncode == 0, out

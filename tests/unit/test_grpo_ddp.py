@@ -16,7 +16,6 @@ The single-process runs of both scripts are the generic smoke test's (tests/smok
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -26,7 +25,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from helpers import ROOT, load_script
+from helpers import ROOT, load_script, run_gloo_ranks
 
 TORCH, JAX = "llm/grpo_ddp_torch.py", "llm/grpo_ddp_jax.py"
 B, T, PROMPT = 16, 12, 6  # 4 groups of 4 completions; each of the 2 workers holds 2 groups
@@ -65,12 +64,6 @@ def fixed_batch(seed=0):
         "old_offset": (0.2 * rng.normal(size=(B, T))).astype(np.float32),
         "ref_offset": (0.2 * rng.normal(size=(B, T))).astype(np.float32),
     }
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- torch
@@ -128,31 +121,7 @@ def test_torch_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tm
         update=UPDATE,
         out=str(tmp_path / "rank{}.npz"),
     )
-    port = free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            OMP_NUM_THREADS="1",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", code],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    for p in procs:
-        out, _ = p.communicate(timeout=180)
-        assert p.returncode == 0, out
+    run_gloo_ranks(code)
     ranks = [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(2)]
 
     namespace = {}

@@ -17,7 +17,6 @@ The single-process runs of both scripts are the generic smoke test's (tests/smok
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -27,7 +26,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from helpers import ROOT, load_script
+from helpers import ROOT, load_script, run_gloo_ranks
 
 TORCH, JAX = "algos/ppo_ddp_torch.py", "algos/ppo_ddp_jax.py"
 N, OBS_DIM, NUM_ACTIONS = 256, 4, 2  # the whole batch; each of the 2 workers holds 128
@@ -57,12 +56,6 @@ def fixed_batch(n=N, seed=0):
         "returns": f32(rng.normal(10.0, 3.0, n)),
         "values": f32(rng.normal(10.0, 3.0, n)),
     }
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- torch
@@ -121,31 +114,7 @@ def test_torch_two_gloo_processes_equal_one_process_on_the_concatenated_batch(tm
         num_actions=NUM_ACTIONS,
         out=str(tmp_path / "rank{}.npz"),
     )
-    port = free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            OMP_NUM_THREADS="1",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", code],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    for p in procs:
-        out, _ = p.communicate(timeout=180)
-        assert p.returncode == 0, out
+    run_gloo_ranks(code)
     ranks = [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(2)]
     args = replace(m.Args(), **UPDATE)
     one = torch_one_process(m, batch, args, num_shards=2)
