@@ -381,19 +381,19 @@ def train(args: Args) -> dict:
         ).tolist()
         n_all = share * world_size
         reward_mean, accuracy_mean, length_mean = totals[0] / n_all, totals[1] / n_all, totals[2] / n_all
-        zero_var = totals[3] / args.prompts_per_step
+        zero_std = totals[3] / args.prompts_per_step
         tokens_sampled += int(totals[4])
         loss_mean, kl_mean, entropy_mean, clip_mean = (x / world_size for x in totals[5:])
         sps = int(tokens_sampled / (time.time() - start_time))
         if rank == 0:
-            writer.add_scalar("charts/reward", reward_mean, step)
-            writer.add_scalar("charts/accuracy", accuracy_mean, step)
-            writer.add_scalar("charts/completion_length", length_mean, step)
-            writer.add_scalar("charts/zero_variance_groups", zero_var, step)
+            writer.add_scalar("reward", reward_mean, step)
+            writer.add_scalar("accuracy", accuracy_mean, step)
+            writer.add_scalar("completions/mean_length", length_mean, step)
+            writer.add_scalar("frac_reward_zero_std", zero_std, step)
             writer.add_scalar("losses/grpo_loss", loss_mean, step)
-            writer.add_scalar("losses/kl", kl_mean, step)
-            writer.add_scalar("losses/entropy", entropy_mean, step)
-            writer.add_scalar("losses/clip_ratio", clip_mean, step)
+            writer.add_scalar("kl", kl_mean, step)
+            writer.add_scalar("entropy", entropy_mean, step)
+            writer.add_scalar("clip_ratio", clip_mean, step)
             writer.add_scalar("charts/SPS", sps, step)
         if rank == 0 and (step % args.eval_every == 0 or step == args.total_steps):
             with torch.no_grad():
@@ -440,7 +440,7 @@ def train(args: Args) -> dict:
             "kl": kl_mean,
             "entropy": entropy_mean,
             "clip_ratio": clip_mean,
-            "zero_variance_groups": zero_var,
+            "frac_reward_zero_std": zero_std,
         },
         "world_size": world_size,
         "rank": rank,

@@ -322,16 +322,16 @@ def train(args: Args) -> dict:
 
         # ---- 5. Logging and evaluation
         group_rewards = rewards.reshape(-1, G)
-        zero_var = float((group_rewards.std(axis=1) == 0).mean())
+        zero_std = float((group_rewards.std(axis=1) == 0).mean())
         sps = int(tokens_sampled / (time.time() - start_time))
-        writer.add_scalar("charts/reward", float(rewards.mean()), step)
-        writer.add_scalar("charts/accuracy", float((rewards == 1).mean()), step)
-        writer.add_scalar("charts/completion_length", float(comp_mask.sum(-1).mean()), step)
-        writer.add_scalar("charts/zero_variance_groups", zero_var, step)
+        writer.add_scalar("reward", float(rewards.mean()), step)
+        writer.add_scalar("accuracy", float((rewards == 1).mean()), step)
+        writer.add_scalar("completions/mean_length", float(comp_mask.sum(-1).mean()), step)
+        writer.add_scalar("frac_reward_zero_std", zero_std, step)
         writer.add_scalar("losses/grpo_loss", float(loss), step)
-        writer.add_scalar("losses/kl", float(kl), step)
-        writer.add_scalar("losses/entropy", float(entropy), step)
-        writer.add_scalar("losses/clip_ratio", float(clip_ratio), step)
+        writer.add_scalar("kl", float(kl), step)
+        writer.add_scalar("entropy", float(entropy), step)
+        writer.add_scalar("clip_ratio", float(clip_ratio), step)
         writer.add_scalar("charts/SPS", sps, step)
         if step % args.eval_every == 0 or step == args.total_steps:
             test_acc, key = accuracy(model, params, test_pairs, args.digits, key)
@@ -371,7 +371,7 @@ def train(args: Args) -> dict:
             "kl": float(kl),
             "entropy": float(entropy),
             "clip_ratio": float(clip_ratio),
-            "zero_variance_groups": zero_var,
+            "frac_reward_zero_std": zero_std,
         },
     }
 

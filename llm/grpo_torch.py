@@ -284,16 +284,16 @@ def train(args: Args) -> dict:
 
         # ---- 5. Logging and evaluation
         group_rewards = rewards.reshape(-1, G)
-        zero_var = float((group_rewards.std(dim=1, unbiased=False) == 0).float().mean())
+        zero_std = float((group_rewards.std(dim=1, unbiased=False) == 0).float().mean())
         sps = int(tokens_sampled / (time.time() - start_time))
-        writer.add_scalar("charts/reward", rewards.mean().item(), step)
-        writer.add_scalar("charts/accuracy", (rewards == 1).float().mean().item(), step)
-        writer.add_scalar("charts/completion_length", comp_mask.sum(-1).mean().item(), step)
-        writer.add_scalar("charts/zero_variance_groups", zero_var, step)
+        writer.add_scalar("reward", rewards.mean().item(), step)
+        writer.add_scalar("accuracy", (rewards == 1).float().mean().item(), step)
+        writer.add_scalar("completions/mean_length", comp_mask.sum(-1).mean().item(), step)
+        writer.add_scalar("frac_reward_zero_std", zero_std, step)
         writer.add_scalar("losses/grpo_loss", loss.item(), step)
-        writer.add_scalar("losses/kl", kl.item(), step)
-        writer.add_scalar("losses/entropy", entropy.item(), step)
-        writer.add_scalar("losses/clip_ratio", clip_ratio.item(), step)
+        writer.add_scalar("kl", kl.item(), step)
+        writer.add_scalar("entropy", entropy.item(), step)
+        writer.add_scalar("clip_ratio", clip_ratio.item(), step)
         writer.add_scalar("charts/SPS", sps, step)
         if step % args.eval_every == 0 or step == args.total_steps:
             with torch.no_grad():
@@ -335,7 +335,7 @@ def train(args: Args) -> dict:
             "kl": kl.item(),
             "entropy": entropy.item(),
             "clip_ratio": clip_ratio.item(),
-            "zero_variance_groups": zero_var,
+            "frac_reward_zero_std": zero_std,
         },
     }
 

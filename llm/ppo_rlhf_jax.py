@@ -528,6 +528,7 @@ def train(args: Args) -> dict:
             advantages=advantages,
             returns=returns,
         )
+        mb_stats = []  # every minibatch's figures, averaged for the log (TRL's *_avg)
         for epoch in range(args.update_epochs):
             perm = rng.permutation(B)
             for start in range(0, B, mb_size):
@@ -535,30 +536,35 @@ def train(args: Args) -> dict:
                 params, critic_params, opt_state, critic_opt_state, stats = update(
                     params, critic_params, opt_state, critic_opt_state, mb
                 )
+                mb_stats.append(stats)
         pg_loss, v_loss, clip_ratio, v_clip_ratio, approx_kl, entropy = (
-            stats[k]
+            jnp.stack([s[k] for s in mb_stats]).mean(0)
             for k in ("ppo_rlhf_loss", "value_loss", "clip_ratio", "value_clip_ratio", "approx_kl", "entropy")
         )
 
         # ---- 5. KL coefficient: fixed, or moved toward target_kl (Ziegler et al.)
         batch_kl = float(kl.sum(-1).mean())
+        non_score_reward = -kl_coef * batch_kl  # the KL penalty of this rollout, at the beta it used
         if args.adaptive_kl:
             kl_coef = adaptive_kl_update(kl_coef, batch_kl, args.target_kl, args.kl_horizon, B)
 
         # ---- 6. Logging and evaluation
         sps = int(tokens_sampled / (time.time() - start_time))
-        writer.add_scalar("charts/reward", float(scores.mean()), step)
-        writer.add_scalar("charts/reward_std", float(scores.std(ddof=1)), step)
+        writer.add_scalar("objective/scores", float(scores.mean()), step)
+        writer.add_scalar("objective/scores_std", float(scores.std(ddof=1)), step)
+        writer.add_scalar("objective/kl", batch_kl, step)
+        writer.add_scalar("objective/entropy", float(-(old_logp * mask).sum(-1).mean()), step)
+        writer.add_scalar("objective/non_score_reward", non_score_reward, step)
+        writer.add_scalar("objective/rlhf_reward", float(scores.mean()) + non_score_reward, step)
         writer.add_scalar("charts/gold_reward", float(gold_rewards.mean()), step)
-        writer.add_scalar("charts/completion_length", float(mask.sum(-1).mean()), step)
+        writer.add_scalar("completions/mean_length", float(mask.sum(-1).mean()), step)
         writer.add_scalar("charts/kl_coef", kl_coef, step)
-        writer.add_scalar("losses/ppo_rlhf_loss", float(pg_loss), step)
-        writer.add_scalar("losses/value_loss", float(v_loss), step)
-        writer.add_scalar("losses/kl", batch_kl, step)
-        writer.add_scalar("losses/entropy", float(entropy), step)
-        writer.add_scalar("losses/clip_ratio", float(clip_ratio), step)
-        writer.add_scalar("losses/value_clip_ratio", float(v_clip_ratio), step)
-        writer.add_scalar("losses/approx_kl", float(approx_kl), step)
+        writer.add_scalar("loss/policy_avg", float(pg_loss), step)
+        writer.add_scalar("loss/value_avg", float(v_loss), step)
+        writer.add_scalar("policy/entropy_avg", float(entropy), step)
+        writer.add_scalar("policy/clipfrac_avg", float(clip_ratio), step)
+        writer.add_scalar("policy/approxkl_avg", float(approx_kl), step)
+        writer.add_scalar("val/clipfrac_avg", float(v_clip_ratio), step)
         writer.add_scalar("charts/SPS", sps, step)
         if step % args.eval_every == 0 or step == args.total_steps:
             test_acc, key = accuracy(model, params, test_pairs, args.digits, key)

@@ -463,6 +463,7 @@ def train(args: Args) -> dict:
         tokens_sampled += int(mask.sum())
 
         # ---- 4. Update: update_epochs passes of num_minibatches minibatches over the rollout batch
+        mb_stats = []  # every minibatch's figures, averaged for the log (TRL's *_avg)
         for epoch in range(args.update_epochs):
             perm = torch.as_tensor(rng.permutation(B), device=device)
             for start in range(0, B, mb_size):
@@ -482,29 +483,36 @@ def train(args: Args) -> dict:
                 torch.nn.utils.clip_grad_norm_(critic.parameters(), args.max_grad_norm)
                 optimizer.step()
                 critic_optimizer.step()
-        with torch.no_grad():
-            logp_all = torch.log_softmax(logits / args.temperature, dim=-1)
-            entropy = (-(logp_all.exp() * logp_all).sum(-1) * mask[mb]).sum() / mask[mb].sum()
+                with torch.no_grad():
+                    logp_all = torch.log_softmax(logits / args.temperature, dim=-1)
+                    entropy = (-(logp_all.exp() * logp_all).sum(-1) * mask[mb]).sum() / mask[mb].sum()
+                stats = torch.stack([pg_loss, v_loss, clip_ratio, v_clip_ratio, approx_kl, entropy])
+                mb_stats.append(stats.detach())
+        pg_loss, v_loss, clip_ratio, v_clip_ratio, approx_kl, entropy = torch.stack(mb_stats).mean(0)
 
         # ---- 5. KL coefficient: fixed, or moved toward target_kl (Ziegler et al.)
         batch_kl = kl.sum(-1).mean().item()
+        non_score_reward = -kl_coef * batch_kl  # the KL penalty of this rollout, at the beta it used
         if args.adaptive_kl:
             kl_coef = adaptive_kl_update(kl_coef, batch_kl, args.target_kl, args.kl_horizon, B)
 
         # ---- 6. Logging and evaluation
         sps = int(tokens_sampled / (time.time() - start_time))
-        writer.add_scalar("charts/reward", scores.mean().item(), step)
-        writer.add_scalar("charts/reward_std", scores.std().item(), step)
+        writer.add_scalar("objective/scores", scores.mean().item(), step)
+        writer.add_scalar("objective/scores_std", scores.std().item(), step)
+        writer.add_scalar("objective/kl", batch_kl, step)
+        writer.add_scalar("objective/entropy", -(old_logp * mask).sum(-1).mean().item(), step)
+        writer.add_scalar("objective/non_score_reward", non_score_reward, step)
+        writer.add_scalar("objective/rlhf_reward", scores.mean().item() + non_score_reward, step)
         writer.add_scalar("charts/gold_reward", float(gold_rewards.mean()), step)
-        writer.add_scalar("charts/completion_length", mask.sum(-1).mean().item(), step)
+        writer.add_scalar("completions/mean_length", mask.sum(-1).mean().item(), step)
         writer.add_scalar("charts/kl_coef", kl_coef, step)
-        writer.add_scalar("losses/ppo_rlhf_loss", pg_loss.item(), step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), step)
-        writer.add_scalar("losses/kl", batch_kl, step)
-        writer.add_scalar("losses/entropy", entropy.item(), step)
-        writer.add_scalar("losses/clip_ratio", clip_ratio.item(), step)
-        writer.add_scalar("losses/value_clip_ratio", v_clip_ratio.item(), step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), step)
+        writer.add_scalar("loss/policy_avg", pg_loss.item(), step)
+        writer.add_scalar("loss/value_avg", v_loss.item(), step)
+        writer.add_scalar("policy/entropy_avg", entropy.item(), step)
+        writer.add_scalar("policy/clipfrac_avg", clip_ratio.item(), step)
+        writer.add_scalar("policy/approxkl_avg", approx_kl.item(), step)
+        writer.add_scalar("val/clipfrac_avg", v_clip_ratio.item(), step)
         writer.add_scalar("charts/SPS", sps, step)
         if step % args.eval_every == 0 or step == args.total_steps:
             with torch.no_grad():

@@ -331,12 +331,12 @@ def train(args: Args) -> dict:
         accuracy_curve.append((it, test_acc))
         gain_curve.append((it, test_acc - initial_acc))
         sps = int(tokens_sampled / (time.time() - start_time))
-        writer.add_scalar("charts/reward", float(rewards.mean()), it)
+        writer.add_scalar("reward", float(rewards.mean()), it)
         writer.add_scalar("charts/keep_rate", keep_rate, it)
         writer.add_scalar("charts/prompts_solved", prompts_solved, it)
         writer.add_scalar("charts/kept_samples", M, it)
         writer.add_scalar(
-            "charts/completion_length", float(tasks.completion_mask(completions).sum(-1).mean()), it
+            "completions/mean_length", float(tasks.completion_mask(completions).sum(-1).mean()), it
         )
         writer.add_scalar("charts/gradient_steps", grad_steps, it)
         writer.add_scalar("losses/rejection_sampling_loss", float(loss), it)
