@@ -19,16 +19,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # tests start as subprocesses (they inherit the environment; the workers are started after this file
 # runs in the controller). Much of a JAX smoke run is compilation, and the suite compiles the same
 # programs many times: each smoke test runs its script twice (the determinism check), and every JAX
-# LLM script first trains the same small SFT model. Measured on the 2-core AMD EPYC: the second smoke
-# run of llm/dpo_jax.py took 22.1 s without the cache and 5.4 s with it, with the same figures. The cache
-# is keyed on the program, the compile options and the XLA flags, so a hit is the executable a fresh
-# compile gave (tests/unit/test_determinism.py: a run from a fresh compile and one from the cache agree
+# LLM script first trains the same small SFT model: with the cache a second smoke run mostly loads
+# its programs instead of compiling them, with the same figures. The cache is keyed on the program,
+# the compile options and the XLA flags, so a hit is the executable a fresh compile gave
+# (tests/unit/test_determinism.py: a run from a fresh compile and one from the cache agree
 # to the bit). A fresh folder per session (removed at exit): the suite never reads a stale one.
 # A cache the user set (JAX_COMPILATION_CACHE_DIR) is left as it is.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _cache_dir = tempfile.mkdtemp(prefix="jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
+# The smoke runs' summaries, shared the same way (helpers.smoke_run): a unit test that reads the summary
+# of a script's SMOKE_ARGS run gets the smoke test's run instead of training it again.
+if "SMOKE_RUN_CACHE" not in os.environ:
+    _smoke_dir = tempfile.mkdtemp(prefix="smoke-runs-")
+    os.environ["SMOKE_RUN_CACHE"] = _smoke_dir
+    atexit.register(shutil.rmtree, _smoke_dir, ignore_errors=True)
 # Cache every compile, not only those over JAX's default 1 s: most of the suite's small programs take less.
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -75,6 +75,45 @@ def run_train(relpath, log_dir, **overrides):
     return module.train(args)
 
 
+def _plain(value):
+    """JSON's view of a summary value: numpy scalars and arrays as Python numbers and lists."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def as_json(summary):
+    """A summary as JSON gives it back (tuples become lists), to compare a cached run with a fresh one."""
+    import json
+
+    return json.loads(json.dumps(summary, default=_plain))
+
+
+def smoke_run(script):
+    """The summary of a script's SMOKE_ARGS run with seed 1, trained once per test session and shared by
+    every test and xdist worker that asks: the run is cached as JSON under $SMOKE_RUN_CACHE (set by
+    tests/conftest.py), one lock per script, and its run folder stays there until the session ends."""
+    import json
+    import os
+    import tempfile
+
+    from filelock import FileLock
+
+    module = load_script(script)
+    cache = os.environ.get("SMOKE_RUN_CACHE")
+    if cache is None:  # outside pytest: just run it
+        return as_json(run_train(script, tempfile.mkdtemp(), seed=1, **module.SMOKE_ARGS))
+    stem = Path(script).stem
+    path = Path(cache) / f"{stem}.json"
+    with FileLock(str(Path(cache) / f"{stem}.lock")):
+        if not path.exists():
+            summary = run_train(script, Path(cache) / stem, seed=1, **module.SMOKE_ARGS)
+            path.write_text(json.dumps(summary, default=_plain))
+    return json.loads(path.read_text())
+
+
 def finite_numbers(value):
     """All numbers nested in a summary (dicts, lists, tuples), for finiteness checks."""
     if isinstance(value, dict):

@@ -12,7 +12,7 @@ at 0."""
 import numpy as np
 import pytest
 
-from helpers import all_finite, conv, load_script, run_train
+from helpers import all_finite, conv, load_script, run_train, smoke_run
 
 PAIRS = ["dqn", "double_dqn", "dueling_dqn", "per_dqn"]
 SCRIPTS = [f"algos/{name}_{fw}.py" for name in PAIRS for fw in ("torch", "jax")]
@@ -160,9 +160,10 @@ def _saved_weights(path):
 
 @pytest.mark.parametrize("script", SCRIPTS + DIST_SCRIPTS)
 def test_training_loop_uses_the_flag(script, tmp_path):
-    smoke = load_script(script).SMOKE_ARGS
-    plain = run_train(script, tmp_path / "plain", seed=1, al_alpha=0.0, **smoke)
-    al = run_train(script, tmp_path / "al", seed=1, al_alpha=0.9, **smoke)
+    m = load_script(script)
+    assert m.Args().al_alpha == 0.0 and "al_alpha" not in m.SMOKE_ARGS  # the smoke run is the plain target
+    plain = smoke_run(script)
+    al = run_train(script, tmp_path / "al", seed=1, al_alpha=0.9, **m.SMOKE_ARGS)
     assert all_finite(al)
     w_plain, w_al = _saved_weights(plain["model_path"]), _saved_weights(al["model_path"])
     assert np.isfinite(w_al).all() and w_al.shape == w_plain.shape

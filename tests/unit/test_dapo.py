@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import conv, is_torch, load_script
+from helpers import conv, is_torch, load_script, smoke_run
 
 TWINS = ["llm/dapo_torch.py", "llm/dapo_jax.py"]
 tasks = load_script("llm/tasks.py")
@@ -215,8 +215,7 @@ def test_group_advantages_and_k3_as_grpo(script):
 # ----------------------------------------------------------------------------- train() summary
 @pytest.mark.parametrize("script", TWINS)
 def test_train_returns_the_comparison_keys(script, tmp_path):
-    m = load_script(script)
-    s = m.train(m.Args(log_dir=str(tmp_path), progress=False, **m.SMOKE_ARGS))
+    s = smoke_run(script)
     for key in (
         "accuracy_curve",
         "accuracy_gain_curve",

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import ROOT, is_torch, load_script, run_train
+from helpers import ROOT, is_torch, load_script, run_train, smoke_run
 
 TWINS = ["algos/muzero_torch.py", "algos/muzero_jax.py"]
 
@@ -255,7 +255,7 @@ def test_true_q_probe_replays_the_greedy_episode(tmp_path):
     import muzero_true_q
 
     m = load_script("algos/muzero_jax.py")
-    summary = run_train("algos/muzero_jax.py", tmp_path, **m.SMOKE_ARGS)  # SMOKE_ARGS save the model
+    summary = smoke_run("algos/muzero_jax.py")  # SMOKE_ARGS save the model
     r = muzero_true_q.probe(summary["run_dir"], steps=(0, 2, 5, 9))
     assert [row["step"] for row in r["rows"]] == [t for t in (0, 2, 5, 9) if t < r["length"]]
     assert r["rows"] and len(r["xs"]) == r["length"]

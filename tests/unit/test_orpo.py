@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import load_script
+from helpers import load_script, smoke_run
 
 TWINS = ["llm/orpo_torch.py", "llm/orpo_jax.py"]
 tasks = load_script("llm/tasks.py")
@@ -226,8 +226,7 @@ def test_bad_input_is_refused(script, tmp_path):
 @pytest.mark.parametrize("script", TWINS)
 def test_train_returns_the_llm_summary_keys(script, tmp_path):
     """The keys the LLM comparison table reads (docs/algorithms/llm.md), on the smoke budget."""
-    m = load_script(script)
-    out = m.train(m.Args(**m.SMOKE_ARGS, log_dir=str(tmp_path), progress=False))
+    out = smoke_run(script)
     for k in (
         "accuracy_curve",
         "accuracy_gain_curve",

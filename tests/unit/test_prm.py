@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import conv, is_torch, load_script
+from helpers import conv, is_torch, load_script, smoke_run
 
 TWINS = ["llm/prm_torch.py", "llm/prm_jax.py"]
 tasks = load_script("llm/tasks.py")
@@ -166,8 +166,7 @@ def test_best_of_n_kl_bound(script):
 
 @pytest.mark.parametrize("script", TWINS)
 def test_train_returns_the_summary_keys(script, tmp_path):
-    m = load_script(script)
-    out = m.train(m.Args(**m.SMOKE_ARGS, log_dir=str(tmp_path), progress=False))
+    out = smoke_run(script)
     for k in (
         "accuracy_curve",
         "accuracy_gain_curve",

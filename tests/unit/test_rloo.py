@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import conv, is_torch, load_script, run_train
+from helpers import conv, is_torch, load_script, smoke_run
 
 TWINS = ["llm/rloo_torch.py", "llm/rloo_jax.py"]
 tasks = load_script("llm/tasks.py")
@@ -216,7 +216,7 @@ def test_rloo_loss_clips_the_sequence_ratio(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_train_returns_the_llm_summary(script, tmp_path):
     m = load_script(script)
-    out = run_train(script, tmp_path, seed=1, **m.SMOKE_ARGS)
+    out = smoke_run(script)
     for key in (
         "accuracy_curve",
         "accuracy_gain_curve",

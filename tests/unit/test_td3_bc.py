@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import conv, load_script, run_train
+from helpers import conv, load_script, smoke_run
 
 TWINS = ["algos/td3_bc_torch.py", "algos/td3_bc_jax.py"]
 
@@ -130,7 +130,7 @@ def test_target_smoothing_is_clipped_and_stays_in_bounds(script):
 @pytest.mark.parametrize("script", TWINS)
 def test_saved_model_carries_the_state_statistics(script, tmp_path):
     m = load_script(script)
-    s = run_train(script, tmp_path, seed=1, **m.SMOKE_ARGS)
+    s = smoke_run(script)
     if fw(script) == "torch":
         saved = torch.load(s["model_path"], map_location="cpu")
         mean, std = saved["state_mean"].numpy(), saved["state_std"].numpy()
