@@ -27,6 +27,9 @@ TEMPLATE = [
     "References",
 ]
 OVERVIEW_TEMPLATE = ["Overview", "Results", "References"]
+# Pages with no learning run of their own to draw: the data-parallel scripts are checked for equality
+# with the one-process update, and their algorithm's curves are on ppo.md and grpo.md.
+NO_FIGURE = {"ppo_ddp", "grpo_ddp"}
 # Lab history belongs in docs/notes/, not on a page a learner reads.
 HISTORY = re.compile(r"issue [0-9]+|the [a-z]+ round|\b20[0-9]{2}-[0-9]{2}-[0-9]{2}\b", re.I)
 CPU = re.compile(r"\b(EPYC|Xeon|Ryzen|Intel|AMD)\b")
@@ -134,6 +137,10 @@ def test_algorithm_page_follows_the_template(page):
     headers = {a for a, b in zip(speed_lines, speed_lines[1:]) if a.startswith("|") and b.startswith("|-")}
     cpus = [line for line in lines if CPU.search(line) and line not in headers]
     assert not cpus, f"{page.name}: a CPU named outside the Speed table's header: {cpus[:2]}"
+    results = re.search(r"^## Results\n(.*?)^## ", text, re.M | re.S)
+    if page.stem not in NO_FIGURE:
+        assert results and "![" in results.group(1), f"{page.name}: Results has no figure"
+        assert "```bash" in results.group(1), f"{page.name}: Results prints no command beside its figure"
     notes = f"../notes/{page.stem}.md"
     assert f"How we got here: [the lab notes]({notes})" in text, f"{page.name}: no link to {notes}"
     assert (page.parent / notes).resolve().exists(), f"{page.name}: {notes} missing"
