@@ -74,8 +74,8 @@ class Args:
     """vector-env steps between gradient steps"""
     max_grad_norm: float = 10.0
     """global gradient-norm clip"""
-    anneal_lr: bool = True
-    """decay the learning rate linearly to 0 over the run's gradient steps (Rainbow's is constant)"""
+    anneal_lr: bool = False
+    """decay the learning rate linearly to 0 over the run's gradient steps (off: Rainbow's is constant)"""
     save_model: bool = False
     """save the trained parameters to the run directory and evaluate the saved policy"""
     eval_episodes: int = 10

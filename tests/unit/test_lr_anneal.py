@@ -1,6 +1,6 @@
 """With `--anneal-lr` the value-based scripts decay the learning rate linearly to 0 over the run's
-gradient steps (off by default in all but Rainbow). The schedule's length is
-`count_gradient_steps`; if it were wrong, the step size would either stop short of 0 or go negative
+gradient steps (off by default in every one: the papers use a constant rate). The schedule's length
+is `count_gradient_steps`; if it were wrong, the step size would either stop short of 0 or go negative
 at the end of a run. Checked against a brute-force count of the training loop's own condition, and
 against the number of updates a real run takes."""
 
