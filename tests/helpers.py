@@ -1,12 +1,19 @@
 """Helpers for the test tiers: load a script as a module, list the twin scripts, run train()."""
 
 import importlib.util
+import json
 import math
+import os
+import re
+import socket
+import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 # Modules under llm/ (and algos/) that are substrate, not algorithms: no Args/train of their own.
@@ -86,7 +93,6 @@ def _plain(value):
 
 def as_json(summary):
     """A summary as JSON gives it back (tuples become lists), to compare a cached run with a fresh one."""
-    import json
 
     return json.loads(json.dumps(summary, default=_plain))
 
@@ -95,11 +101,6 @@ def smoke_run(script):
     """The summary of a script's SMOKE_ARGS run with seed 1, trained once per test session and shared by
     every test and xdist worker that asks: the run is cached as JSON under $SMOKE_RUN_CACHE (set by
     tests/conftest.py), one lock per script, and its run folder stays there until the session ends."""
-    import json
-    import os
-    import tempfile
-
-    from filelock import FileLock
 
     module = load_script(script)
     cache = os.environ.get("SMOKE_RUN_CACHE")
@@ -215,11 +216,6 @@ def run_gloo_ranks(code, world_size=2, timeout=180):
     """Run `code` (a python -c program) as `world_size` torch.distributed ranks on this machine, with
     the environment torchrun would give them (RANK, LOCAL_RANK, WORLD_SIZE, a free loopback port), and
     assert that every rank exits 0."""
-    import os
-    import socket
-    import subprocess
-    import sys
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -247,3 +243,25 @@ def run_gloo_ranks(code, world_size=2, timeout=180):
     for p in procs:
         out, _ = p.communicate(timeout=timeout)
         assert p.returncode == 0, out
+
+
+def literal_tags(script):
+    """The literal TensorBoard tags a script writes, read from its source (f-string tags are not)."""
+
+    return set(re.findall(r"add_scalar\(\s*\"([^\"{}]+)\"", (ROOT / script).read_text()))
+
+
+def pairs_defining(pattern):
+    """(torch, JAX) script paths of every pair whose torch twin's source matches `pattern` (a regex,
+    multiline), for the parity tests of functions that several pairs define with one signature."""
+
+    return [
+        (script, script.replace("_torch.py", "_jax.py"))
+        for script in twin_scripts()
+        if script.endswith("_torch.py") and re.search(pattern, (ROOT / script).read_text(), re.M)
+    ]
+
+
+def pair_id(pair):
+    """The pair's name for a test id: ("algos/ppo_torch.py", ...) -> "ppo"."""
+    return Path(pair[0]).stem.removesuffix("_torch")

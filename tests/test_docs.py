@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, literal_tags
 
 sys.path.insert(0, str(ROOT / "docs_hooks"))
 import katex  # noqa: E402
@@ -116,11 +116,6 @@ def test_typeset_math_in_headless_chromium_with_no_network(site, tmp_path):
     assert shot.exists() and shot.stat().st_size > 10_000
 
 
-def literal_tags(script):
-    """The literal TensorBoard tags a script writes (f-string tags are left to the page's review)."""
-    return set(re.findall(r"add_scalar\(\s*\"([^\"{}]+)\"", script.read_text()))
-
-
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
 def test_algorithm_page_follows_the_template(page):
     text = page.read_text()
@@ -154,7 +149,9 @@ def test_logged_metrics_name_every_tag(page):
     assert len(scripts) == 2, f"{page.name}: twins {scripts}"
     section = re.search(r"^## Logged metrics\n(.*?)^## ", page.read_text(), re.M | re.S)
     assert section, f"{page.name}: no Logged metrics section"
-    missing = sorted(t for s in scripts for t in literal_tags(s) if f"`{t}`" not in section.group(1))
+    missing = sorted(
+        t for s in scripts for t in literal_tags(s.relative_to(ROOT)) if f"`{t}`" not in section.group(1)
+    )
     assert not missing, f"{page.name}: tags not in Logged metrics: {missing}"
 
 

@@ -19,16 +19,6 @@ def batch(request):
     T, N = 64, 8
     f32 = lambda x: np.asarray(x, dtype=np.float32)
     return {
-        "rewards": f32(rng.normal(size=(T, N))),
-        "values": f32(rng.normal(size=(T, N))),
-        "dones": f32(rng.random((T, N)) < 0.1),
-        "last_value": f32(rng.normal(size=N)),
-        "logp": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
-        "logp_old": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
-        "advantages": f32(rng.normal(size=T * N)),
-        "v": f32(rng.normal(size=T * N)),
-        "v_old": f32(rng.normal(size=T * N)),
-        "returns": f32(rng.normal(size=T * N)),
         "counts": f32(rng.integers(1, 1000, size=T * N)),
         "obs": f32(rng.uniform(-1.5, 1.5, size=(T * N, 2))),
         "A": f32(rng.standard_normal((32, 3))),

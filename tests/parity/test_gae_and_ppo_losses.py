@@ -2,14 +2,12 @@
 every pair whose torch twin defines them, the two twins agree within 1e-5 in value and in gradient
 on identical random batches with episode ends. A pair's own math stays in its own parity file."""
 
-import re
-
 import jax
 import numpy as np
 import pytest
 import torch
 
-from helpers import ROOT, load_script, twin_scripts
+from helpers import load_script, pair_id, pairs_defining
 
 TOL = 1e-5
 SIGNATURES = {
@@ -21,20 +19,9 @@ SIGNATURES = {
 GAE_VARIANTS = {"algos/rnd_torch.py": [{"episodic": True}, {"episodic": False}]}
 
 
-def pairs_defining(kind):
-    """(torch, JAX) script paths of every pair whose torch twin defines the shared function."""
-    found = []
-    for script in twin_scripts():
-        if script.endswith("_torch.py") and re.search(SIGNATURES[kind], (ROOT / script).read_text()):
-            found.append((script, script.replace("_torch.py", "_jax.py")))
-    return found
-
-
-def ids(pair):
-    return pair[0].split("/")[1].removesuffix("_torch.py")
-
-
-GAE_CASES = [(pair, kw) for pair in pairs_defining("gae") for kw in GAE_VARIANTS.get(pair[0], [{}])]
+GAE_CASES = [
+    (pair, kw) for pair in pairs_defining(SIGNATURES["gae"]) for kw in GAE_VARIANTS.get(pair[0], [{}])
+]
 
 
 def close(a, b):
@@ -63,9 +50,9 @@ def batch(request):
 def test_the_shared_functions_are_found():
     """The discovery must see the pairs known to define them, or the tests below would pass empty."""
     assert {"ppo", "a2c", "trpo", "gail", "icm", "count_bonus", "rnd", "ppo_continuous"} <= {
-        ids(p) for p, _ in GAE_CASES
+        pair_id(p) for p, _ in GAE_CASES
     }
-    assert {"ppo", "gail", "icm", "count_bonus"} <= {ids(p) for p in pairs_defining("policy")}
+    assert {"ppo", "gail", "icm", "count_bonus"} <= {pair_id(p) for p in pairs_defining(SIGNATURES["policy"])}
 
 
 def test_batch_has_episode_ends(batch):
@@ -73,7 +60,7 @@ def test_batch_has_episode_ends(batch):
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.95, 1.0])
-@pytest.mark.parametrize("pair, kw", GAE_CASES, ids=[f"{ids(p)}{kw or ''}" for p, kw in GAE_CASES])
+@pytest.mark.parametrize("pair, kw", GAE_CASES, ids=[f"{pair_id(p)}{kw or ''}" for p, kw in GAE_CASES])
 def test_compute_gae_parity(pair, kw, batch, lam):
     pt, jx = (load_script(s) for s in pair)
     args = [batch[k] for k in ("rewards", "values", "dones", "last_value")]
@@ -83,7 +70,7 @@ def test_compute_gae_parity(pair, kw, batch, lam):
         close(a.numpy(), b)
 
 
-@pytest.mark.parametrize("pair, kw", GAE_CASES, ids=[f"{ids(p)}{kw or ''}" for p, kw in GAE_CASES])
+@pytest.mark.parametrize("pair, kw", GAE_CASES, ids=[f"{pair_id(p)}{kw or ''}" for p, kw in GAE_CASES])
 def test_compute_gae_gradient_parity(pair, kw, batch):
     """d(sum of advantages)/d(rewards, values, last_value): the same linear map in both twins."""
     pt, jx = (load_script(s) for s in pair)
@@ -97,7 +84,7 @@ def test_compute_gae_gradient_parity(pair, kw, batch):
 
 
 @pytest.mark.parametrize("clip_coef", [0.1, 0.2, 0.3])
-@pytest.mark.parametrize("pair", pairs_defining("policy"), ids=ids)
+@pytest.mark.parametrize("pair", pairs_defining(SIGNATURES["policy"]), ids=pair_id)
 def test_policy_loss_and_gradient_parity(pair, batch, clip_coef):
     pt, jx = (load_script(s) for s in pair)
     logp = torch.tensor(batch["logp"], requires_grad=True)
@@ -112,7 +99,7 @@ def test_policy_loss_and_gradient_parity(pair, batch, clip_coef):
 
 
 @pytest.mark.parametrize("clip_coef", [None, 0.2, 1.0])
-@pytest.mark.parametrize("pair", pairs_defining("value"), ids=ids)
+@pytest.mark.parametrize("pair", pairs_defining(SIGNATURES["value"]), ids=pair_id)
 def test_value_loss_and_gradient_parity(pair, batch, clip_coef):
     pt, jx = (load_script(s) for s in pair)
     v = torch.tensor(batch["v"], requires_grad=True)

@@ -16,19 +16,9 @@ TOL = 1e-5
 @pytest.fixture(params=[0, 1, 2])
 def batch(request):
     rng = np.random.default_rng(request.param)
-    T, N, B = 64, 8, 96
+    B = 96
     f32 = lambda x: np.asarray(x, dtype=np.float32)
     return {
-        "rewards": f32(rng.normal(size=(T, N))),
-        "values": f32(rng.normal(size=(T, N))),
-        "dones": f32(rng.random((T, N)) < 0.1),  # about six episode ends per column
-        "last_value": f32(rng.normal(size=N)),
-        "logp": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
-        "logp_old": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
-        "advantages": f32(rng.normal(size=T * N)),
-        "v": f32(rng.normal(size=T * N)),
-        "v_old": f32(rng.normal(size=T * N)),
-        "returns": f32(rng.normal(size=T * N)),
         "learner_logits": f32(3 * rng.normal(size=B)),
         "expert_logits": f32(3 * rng.normal(size=B // 2)),  # sets of different sizes
         "obs": f32(rng.normal(size=(B, 4))),

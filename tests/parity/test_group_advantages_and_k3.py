@@ -2,36 +2,20 @@
 pairs define. For every pair whose torch twin defines them, the twins agree within 1e-4 on random
 group rewards (some groups uniform) and random token log-probs."""
 
-import re
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 
-from helpers import ROOT, load_script, twin_scripts
+from helpers import ROOT, load_script, pair_id, pairs_defining
 
 TOL = 1e-4
-
-
-def pairs_defining(function):
-    found = []
-    for script in twin_scripts():
-        if script.endswith("_torch.py") and re.search(
-            rf"^def {function}\(", (ROOT / script).read_text(), re.M
-        ):
-            found.append((script, script.replace("_torch.py", "_jax.py")))
-    return found
-
-
-def ids(pair):
-    return pair[0].split("/")[1].removesuffix("_torch.py")
 
 
 # GRPO's own variant without the std division (Dr. GRPO's centring), where the pair has the flag
 ADV_CASES = [
     (pair, kw)
-    for pair in pairs_defining("group_advantages")
+    for pair in pairs_defining(r"^def group_advantages\(")
     for kw in ([{}, {"scale": False}] if "scale=True" in (ROOT / pair[0]).read_text() else [{}])
 ]
 
@@ -49,11 +33,11 @@ def groups(request):
 
 
 def test_the_shared_functions_are_found():
-    assert {"grpo", "grpo_ddp", "dr_grpo", "dapo"} <= {ids(p) for p, _ in ADV_CASES}
-    assert {"grpo", "grpo_ddp", "dr_grpo", "dapo"} <= {ids(p) for p in pairs_defining("k3_kl")}
+    assert {"grpo", "grpo_ddp", "dr_grpo", "dapo"} <= {pair_id(p) for p, _ in ADV_CASES}
+    assert {"grpo", "grpo_ddp", "dr_grpo", "dapo"} <= {pair_id(p) for p in pairs_defining(r"^def k3_kl\(")}
 
 
-@pytest.mark.parametrize("pair, kw", ADV_CASES, ids=[f"{ids(p)}{kw or ''}" for p, kw in ADV_CASES])
+@pytest.mark.parametrize("pair, kw", ADV_CASES, ids=[f"{pair_id(p)}{kw or ''}" for p, kw in ADV_CASES])
 def test_group_advantages_parity(pair, kw, groups):
     pt, jx = (load_script(s) for s in pair)
     a_t = pt.group_advantages(torch.as_tensor(groups["rewards"]), **kw).numpy()
@@ -62,7 +46,7 @@ def test_group_advantages_parity(pair, kw, groups):
     np.testing.assert_allclose(a_t[0], 0.0, atol=TOL)
 
 
-@pytest.mark.parametrize("pair", pairs_defining("k3_kl"), ids=ids)
+@pytest.mark.parametrize("pair", pairs_defining(r"^def k3_kl\("), ids=pair_id)
 def test_k3_parity(pair, groups):
     pt, jx = (load_script(s) for s in pair)
     k_t = pt.k3_kl(torch.as_tensor(groups["logp"]), torch.as_tensor(groups["ref_logp"])).numpy()

@@ -14,19 +14,9 @@ TOL = 1e-5
 @pytest.fixture(params=[0, 1, 2])
 def batch(request):
     rng = np.random.default_rng(request.param)
-    T, N, B, F, A = 64, 8, 96, 16, 3
+    B, F, A = 96, 16, 3
     f32 = lambda x: np.asarray(x, dtype=np.float32)
     return {
-        "rewards": f32(rng.normal(size=(T, N))),
-        "values": f32(rng.normal(size=(T, N))),
-        "dones": f32(rng.random((T, N)) < 0.1),  # about six episode ends per column
-        "last_value": f32(rng.normal(size=N)),
-        "logp": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
-        "logp_old": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
-        "advantages": f32(rng.normal(size=T * N)),
-        "v": f32(rng.normal(size=T * N)),
-        "v_old": f32(rng.normal(size=T * N)),
-        "returns": f32(rng.normal(size=T * N)),
         "logits": f32(rng.normal(size=(B, A)) * 2),
         "actions": rng.integers(0, A, B),
         "phi_next_pred": f32(rng.normal(size=(B, F))),

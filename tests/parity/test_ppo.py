@@ -4,31 +4,11 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 import torch
 
 from helpers import torch_to_flax_params
 
 TOL = 1e-5
-
-
-@pytest.fixture(params=[0, 1, 2])
-def batch(request):
-    rng = np.random.default_rng(request.param)
-    T, N = 64, 8
-    f32 = lambda x: np.asarray(x, dtype=np.float32)
-    return {
-        "rewards": f32(rng.normal(size=(T, N))),
-        "values": f32(rng.normal(size=(T, N))),
-        "dones": f32(rng.random((T, N)) < 0.1),  # about six episode ends per column
-        "last_value": f32(rng.normal(size=N)),
-        "logp": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
-        "logp_old": f32(np.log(rng.uniform(0.05, 1.0, size=T * N))),
-        "advantages": f32(rng.normal(size=T * N)),
-        "v": f32(rng.normal(size=T * N)),
-        "v_old": f32(rng.normal(size=T * N)),
-        "returns": f32(rng.normal(size=T * N)),
-    }
 
 
 def test_networks_agree_on_the_same_weights(twins):

@@ -5,11 +5,9 @@ names for the quantities TRL names; the GRPO family logs GRPOTrainer's names, th
 DPOTrainer's, PPO-RLHF PPOTrainer's; and the torch and JAX twins of a pair log the same tags.
 """
 
-import re
-
 import pytest
 
-from helpers import ROOT, twin_scripts
+from helpers import literal_tags, twin_scripts
 
 LLM_SCRIPTS = [s for s in twin_scripts() if s.startswith("llm/")]
 PAIRS = sorted({s[: -len("_torch.py")] for s in LLM_SCRIPTS if s.endswith("_torch.py")})
@@ -36,11 +34,6 @@ PPO_RLHF_TAGS = {
     "policy/clipfrac_avg",
     "loss/value_avg",
 }
-
-
-def literal_tags(script):
-    """The literal TensorBoard tags a script writes (f-string tags are not read)."""
-    return set(re.findall(r"add_scalar\(\s*\"([^\"{}]+)\"", (ROOT / script).read_text()))
 
 
 def both_twins(names):
